@@ -1,0 +1,51 @@
+"""The base config: every field any recipe reads, with its default.
+
+Other configs start from `get_config()` here and change what they need, so
+any field can be overridden on any config's command line.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.strategy = 'pmap'
+
+  # Model (a name from `zoo.list_models()`) and its computation precision:
+  # bfloat16 computation with float32 parameters when half_precision is set.
+  config.model = 'cnn'
+  config.half_precision = False
+
+  # Data: a TFDS name, or `fashion_mnist_idx` for the offline Debian files.
+  config.dataset = 'mnist'
+  config.data_dir = ''  # '' = TFDS's default (~/tensorflow_datasets).
+  config.train_split = 'train'
+  config.eval_split = 'test'
+
+  # Training length: num_train_steps wins over num_epochs when > 0.
+  config.batch_size = 128  # Global, over all devices and processes.
+  config.eval_batch_size = 0  # 0 = batch_size.
+  config.num_epochs = 10.0
+  config.num_train_steps = 0
+
+  # Optimizer: sgd | adam | adamw, with weight decay on kernels only.
+  config.optimizer = 'sgd'
+  config.learning_rate = 0.1
+  config.momentum = 0.9
+  config.nesterov = False
+  config.b1 = 0.9
+  config.b2 = 0.999
+  config.weight_decay = 0.0
+
+  # Schedule: constant | exponential | warmup_cosine.
+  # exponential: learning_rate * decay_rate ** (step / decay_steps).
+  config.lr_schedule = 'constant'
+  config.decay_rate = 0.1
+  config.decay_steps = 1000
+  config.staircase = False
+  config.warmup_epochs = 0.0
+
+  config.seed = 0
+  config.log_every_steps = 100
+  config.eval_every_steps = 0  # 0 = once per epoch.
+  return config

@@ -1,0 +1,105 @@
+"""Loads a dataset's train and eval splits into host memory as numpy arrays.
+
+Two sources give the same TFDS-style examples (`image` uint8 [N, H, W, C],
+`label` int64 [N]):
+- any TFDS builder by name (`mnist`, `fashion_mnist`, `cifar10`, ...), downloaded
+  and prepared into `data_dir` on first use;
+- `fashion_mnist_idx`: real Fashion-MNIST read offline from the IDX files of
+  Debian's `dataset-fashion-mnist` package (see recipes/idx.py).
+Holding the split in memory lets the input pipeline pick any example by index,
+which is what makes the data order a pure function of (seed, step).
+"""
+
+import dataclasses
+import difflib
+import urllib.parse
+
+import numpy as np
+import requests
+import tensorflow_datasets as tfds
+
+from recipes import idx
+from recipes.errors import UserError
+
+OFFLINE_DATASETS = {'fashion_mnist_idx': (idx.load_split, 10)}
+_FEATURES = ('image', 'label')
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  train: dict[str, np.ndarray]
+  eval: dict[str, np.ndarray]
+  num_classes: int
+
+  @property
+  def image_shape(self) -> tuple[int, ...]:
+    return self.train['image'].shape[1:]
+
+
+def load(name: str, data_dir: str | None, train_split: str = 'train',
+         eval_split: str = 'test') -> Dataset:
+  if name in OFFLINE_DATASETS:
+    load_split, num_classes = OFFLINE_DATASETS[name]
+  else:
+    builder = _prepared_tfds_builder(name, data_dir)
+    load_split = lambda _, split: _tfds_split(builder, split)
+    num_classes = builder.info.features['label'].num_classes
+  return Dataset(train=load_split(data_dir, train_split),
+                 eval=load_split(data_dir, eval_split),
+                 num_classes=num_classes)
+
+
+def _prepared_tfds_builder(name: str, data_dir: str | None):
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    known = list(OFFLINE_DATASETS) + list(tfds.list_builders())
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = (f'did you mean {", ".join(repr(c) for c in close)}?' if close
+            else 'see tfds.list_builders() for TFDS names, or use '
+            f'{", ".join(OFFLINE_DATASETS)} for offline data.')
+    raise UserError(f'unknown dataset {name!r}; {hint}') from None
+  if not builder.is_prepared():
+    where = data_dir or '~/tensorflow_datasets'
+    advice = (f'Run once on a machine with internet (it downloads into '
+              f'{where}), or set --config.data_dir to a folder holding a '
+              f'prepared TFDS copy of {name!r}, or train offline on '
+              'Fashion-MNIST with configs/fashion_mnist_pmap.py.')
+    unreachable = _first_unreachable_url(builder)
+    if unreachable:
+      raise UserError(f'dataset {name!r} is not prepared in {where} and cannot '
+                      f'be downloaded ({unreachable} is unreachable). {advice}')
+    try:
+      builder.download_and_prepare()
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f'dataset {name!r} could not be downloaded and prepared '
+                      f'({type(e).__name__}: {str(e)[:200]}). {advice}') from e
+  return builder
+
+
+def _first_unreachable_url(builder) -> str | None:
+  """Probes the builder's download URLs once, quickly.
+
+  Without network TFDS retries each download for minutes before failing; one
+  short request per host tells the user at once. It honours proxy settings.
+  """
+  hosts = {}
+  for url in (getattr(builder, 'url_infos', None) or {}):
+    hosts.setdefault(urllib.parse.urlsplit(url).netloc, url)
+  for url in hosts.values():
+    try:
+      requests.head(url, timeout=10, allow_redirects=False)
+    except requests.RequestException:
+      return url
+  return None
+
+
+def _tfds_split(builder, split: str) -> dict[str, np.ndarray]:
+  try:
+    ds = builder.as_dataset(split=split)
+  except ValueError as e:
+    raise UserError(f'dataset {builder.name!r} has no split {split!r} '
+                    f'({e}).') from e
+  chunks = list(tfds.as_numpy(ds.map(lambda x: {k: x[k] for k in _FEATURES})
+                              .batch(10_000)))
+  return {k: np.concatenate([c[k] for c in chunks]) for k in _FEATURES}

@@ -1,0 +1,61 @@
+"""Reads datasets stored as IDX files (the MNIST family's original format).
+
+Debian's `dataset-fashion-mnist` package installs Fashion-MNIST this way. TFDS's
+own builder rejects these files (their gzip bytes differ from the registered
+checksums), so they are read here and handed to the same pipeline as TFDS data,
+with the same features: `image` uint8 [N, H, W, 1] and `label` int64 [N].
+"""
+
+import gzip
+import os
+
+import numpy as np
+
+from recipes.errors import UserError
+
+FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+_SPLIT_PREFIX = {'train': 'train', 'test': 't10k'}
+# IDX type codes (third byte of the magic number) and their big-endian dtypes.
+_DTYPES = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4',
+           0x0E: '>f8'}
+
+
+def read_idx(path: str) -> np.ndarray:
+  """Returns the array stored in an IDX file (optionally gzip-compressed)."""
+  opener = gzip.open if path.endswith('.gz') else open
+  with opener(path, 'rb') as f:
+    data = f.read()
+  if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
+    raise UserError(f'{path} is not an IDX file (bad magic number); '
+                    'reinstall the dataset package.')
+  dtype, ndim = np.dtype(_DTYPES[data[2]]), data[3]
+  header = 4 + 4 * ndim
+  shape = tuple(int(d) for d in np.frombuffer(data[4:header], '>u4'))
+  if len(data) - header != np.prod(shape) * dtype.itemsize:
+    raise UserError(f'{path} is truncated: its header says shape {shape}; '
+                    'reinstall the dataset package.')
+  return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(
+      dtype.newbyteorder('='))
+
+
+def load_split(data_dir: str | None, split: str) -> dict[str, np.ndarray]:
+  """Loads `split` ('train' or 'test') of an MNIST-style IDX dataset."""
+  data_dir = data_dir or FASHION_MNIST_DIR
+  if split not in _SPLIT_PREFIX:
+    raise UserError(f'IDX datasets have splits {sorted(_SPLIT_PREFIX)}, '
+                    f'not {split!r}.')
+  prefix = os.path.join(data_dir, _SPLIT_PREFIX[split])
+  paths = [f'{prefix}-{kind}-idx{n}-ubyte.gz'
+           for kind, n in (('images', 3), ('labels', 1))]
+  missing = [p for p in paths if not os.path.exists(p)]
+  if missing:
+    raise UserError(
+        f'Fashion-MNIST files not found: {", ".join(missing)}. Install them '
+        'with `sudo apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu) '
+        'or set --config.data_dir to a folder holding the four IDX .gz files.')
+  images, labels = (read_idx(p) for p in paths)
+  if len(images) != len(labels):
+    raise UserError(f'{paths[0]} has {len(images)} images but {paths[1]} has '
+                    f'{len(labels)} labels; reinstall the dataset package.')
+  return {'image': images[..., None].astype(np.uint8),
+          'label': labels.astype(np.int64)}

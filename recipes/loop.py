@@ -1,0 +1,145 @@
+"""`train_and_evaluate`: the training loop shared by every strategy.
+
+Reads the data, builds the model and optimizer from the config, then runs
+train steps with periodic evaluation, CLU summaries and progress reports.
+"""
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from clu import metric_writers, parameter_overview, periodic_actions
+
+import zoo
+from recipes import datasets, input_pipeline, optimizers, train_state
+from recipes.errors import UserError
+from recipes.pmap_strategy import PmapStrategy
+
+STRATEGIES = {'pmap': PmapStrategy}
+
+
+def check_divisible(name: str, batch_size: int, num_devices: int):
+  if batch_size <= 0 or batch_size % num_devices:
+    below = max(num_devices, batch_size // num_devices * num_devices)
+    above = (batch_size // num_devices + 1) * num_devices
+    nearest = f'{below} or {above}' if below != above else f'{above}'
+    raise UserError(
+        f'{name} {batch_size} is not divisible by the {num_devices} devices; '
+        f'use a multiple of {num_devices}, e.g. {nearest}.')
+
+
+def create_model(config: ml_collections.ConfigDict, num_classes: int):
+  dtype = jnp.bfloat16 if config.half_precision else jnp.float32
+  try:
+    return zoo.create(config.model, num_classes=num_classes, dtype=dtype)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+
+
+def _merged(strategy, metrics_list):
+  """Fetches per-step metrics to the host and merges them into one."""
+  return functools.reduce(lambda a, b: a.merge(b),
+                          (strategy.to_host(m) for m in metrics_list))
+
+
+def evaluate(strategy, state, split, batch_size: int):
+  """Metrics over the whole split, each example counted exactly once."""
+  batches = input_pipeline.eval_batches(split, batch_size=batch_size)
+  metrics = [strategy.eval_step(state, batch)
+             for batch in strategy.place_batches(batches)]
+  return _merged(strategy, metrics)
+
+
+def _num_train_steps(config, per_epoch: int) -> int:
+  steps = config.num_train_steps or int(config.num_epochs * per_epoch)
+  if steps <= 0:
+    raise UserError('nothing to train: set --config.num_epochs or '
+                    '--config.num_train_steps to a positive value.')
+  return steps
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
+  """Trains `config.model` on `config.dataset`; returns the final eval metrics."""
+  if config.strategy not in STRATEGIES:
+    raise UserError(f'unknown strategy {config.strategy!r}; choose one of '
+                    f'{", ".join(STRATEGIES)}.')
+  num_devices = jax.device_count()
+  eval_batch_size = config.eval_batch_size or config.batch_size
+  check_divisible('batch_size', config.batch_size, num_devices)
+  check_divisible('eval_batch_size', eval_batch_size, num_devices)
+  create_model(config, num_classes=1)  # A bad name fails before data loads.
+
+  data = datasets.load(config.dataset, config.data_dir or None,
+                       config.train_split, config.eval_split)
+  num_train = len(data.train['label'])
+  per_epoch = input_pipeline.steps_per_epoch(num_train, config.batch_size)
+  if per_epoch == 0:
+    raise UserError(f'batch_size {config.batch_size} is larger than the '
+                    f'{num_train} training examples.')
+  num_steps = _num_train_steps(config, per_epoch)
+  eval_every = config.eval_every_steps or per_epoch
+  log_every = config.log_every_steps
+
+  model = create_model(config, data.num_classes)
+  schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
+  tx = optimizers.create_optimizer(config, schedule)
+  state = train_state.create(model, tx, data.image_shape,
+                             jax.random.PRNGKey(config.seed))
+  parameter_overview.log_parameter_overview(state.params)
+
+  strategy = STRATEGIES[config.strategy]()
+  state = strategy.place_state(state)
+  writer = metric_writers.create_default_writer(
+      workdir, just_logging=jax.process_index() > 0)
+  writer.write_hparams(dict(config.items()))
+  logging.info('Training %s on %s: %d steps (%d per epoch), global batch %d '
+               'on %d devices.', config.model, config.dataset, num_steps,
+               per_epoch, config.batch_size, num_devices)
+
+  batches = strategy.place_batches(input_pipeline.train_batches(
+      data.train, batch_size=config.batch_size, seed=config.seed,
+      start_step=0, num_steps=num_steps))
+  report_progress = periodic_actions.ReportProgress(
+      num_train_steps=num_steps, every_secs=30)
+  pending, last_log = [], (0, time.monotonic())
+  eval_summary = {}
+  for step in range(1, num_steps + 1):
+    with jax.profiler.StepTraceAnnotation('train', step_num=step):
+      state, metrics = strategy.train_step(state, next(batches))
+    pending.append(metrics)
+    if len(pending) > 1:
+      # Keep the host at most one step ahead of the devices: a runaway
+      # dispatch queue makes timings lie and can starve the devices.
+      jax.block_until_ready(pending[-2])
+    report_progress(step)
+
+    if step % log_every == 0 or step == num_steps:
+      summary = _merged(strategy, pending).compute()
+      now = time.monotonic()
+      writer.write_scalars(step, {
+          'train/loss': summary['loss'],
+          'train/accuracy': summary['accuracy'],
+          'train/learning_rate': schedule(step - 1),
+          'train/steps_per_sec': (step - last_log[0]) / (now - last_log[1]),
+      })
+      pending, last_log = [], (step, now)
+      if not np.isfinite(summary['loss']):
+        raise UserError(f'the training loss is {summary["loss"]} at step '
+                        f'{step}; lower --config.learning_rate.')
+
+    if step % eval_every == 0 or step == num_steps:
+      with report_progress.timed('eval'):
+        eval_metrics = evaluate(strategy, state, data.eval, eval_batch_size)
+      eval_summary = eval_metrics.compute()
+      writer.write_scalars(step, {f'eval/{k}': v
+                                  for k, v in eval_summary.items()})
+      logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
+                   step, eval_summary['loss'], eval_summary['accuracy'],
+                   eval_metrics.accuracy.count)
+      last_log = (step, time.monotonic())  # Eval time is not train time.
+  writer.flush()
+  return eval_summary

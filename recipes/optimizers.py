@@ -1,0 +1,57 @@
+"""Learning-rate schedules and optimizers built from the config."""
+
+import jax
+import ml_collections
+import optax
+
+from recipes.errors import UserError
+
+SCHEDULES = ('constant', 'exponential', 'warmup_cosine')
+OPTIMIZERS = ('sgd', 'adam', 'adamw')
+
+
+def learning_rate_schedule(config: ml_collections.ConfigDict,
+                           steps_per_epoch: int,
+                           num_train_steps: int) -> optax.Schedule:
+  """`config.lr_schedule`; step counts are given in epochs where noted."""
+  lr = config.learning_rate
+  if config.lr_schedule == 'constant':
+    return optax.constant_schedule(lr)
+  if config.lr_schedule == 'exponential':
+    # lr * decay_rate ** (step / decay_steps), optionally in whole intervals.
+    return optax.exponential_decay(
+        lr, transition_steps=max(1, config.decay_steps),
+        decay_rate=config.decay_rate, staircase=config.staircase)
+  if config.lr_schedule == 'warmup_cosine':
+    warmup = int(config.warmup_epochs * steps_per_epoch)
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=lr, warmup_steps=warmup,
+        decay_steps=max(num_train_steps, warmup + 1), end_value=0.0)
+  raise UserError(f'unknown lr_schedule {config.lr_schedule!r}; '
+                  f'choose one of {", ".join(SCHEDULES)}.')
+
+
+def _decay_mask(params):
+  # Decay weight matrices and kernels only, not biases or norm scales.
+  return jax.tree.map(lambda p: p.ndim > 1, params)
+
+
+def create_optimizer(config: ml_collections.ConfigDict,
+                     schedule: optax.Schedule) -> optax.GradientTransformation:
+  """`config.optimizer` with `config.weight_decay` (decoupled for adamw)."""
+  wd = config.weight_decay
+  if config.optimizer == 'sgd':
+    step = optax.sgd(schedule, momentum=config.momentum or None,
+                     nesterov=config.nesterov)
+  elif config.optimizer == 'adam':
+    step = optax.adam(schedule, b1=config.b1, b2=config.b2)
+  elif config.optimizer == 'adamw':
+    return optax.adamw(schedule, b1=config.b1, b2=config.b2, weight_decay=wd,
+                       mask=_decay_mask)
+  else:
+    raise UserError(f'unknown optimizer {config.optimizer!r}; '
+                    f'choose one of {", ".join(OPTIMIZERS)}.')
+  if not wd:
+    return step
+  # L2 regularization: the decay goes through momentum and the schedule.
+  return optax.chain(optax.add_decayed_weights(wd, mask=_decay_mask), step)

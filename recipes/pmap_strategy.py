@@ -1,0 +1,49 @@
+"""Data parallelism with `jax.pmap`: the state replicated on every local device.
+
+Batches are reshaped to [local_devices, per_device_batch, ...] and placed on
+the devices ahead of time; the shared steps run under `pmap` with the state
+donated and reductions over the named axis (which spans all processes).
+"""
+
+import functools
+from typing import Iterable, Iterator
+
+import jax
+import numpy as np
+from flax import jax_utils
+
+from recipes import steps
+
+AXIS = 'batch'
+
+
+class PmapStrategy:
+  """Places state and batches for `jax.pmap` and runs the shared steps."""
+
+  name = 'pmap'
+
+  def __init__(self, prefetch: int = 2):
+    self.num_local_devices = jax.local_device_count()
+    self.prefetch = prefetch
+    self.train_step = jax.pmap(
+        functools.partial(steps.train_step, axis_name=AXIS), axis_name=AXIS,
+        donate_argnums=(0,))
+    self.eval_step = jax.pmap(
+        functools.partial(steps.eval_step, axis_name=AXIS), axis_name=AXIS)
+
+  def place_state(self, state):
+    return jax_utils.replicate(state)
+
+  @staticmethod
+  def to_host(tree):
+    """A numpy copy of the first replica (all replicas are identical)."""
+    # `x[0]` would gather across all processes; the local shard is enough.
+    return jax.tree.map(lambda x: np.asarray(x.addressable_shards[0].data)[0],
+                        tree)
+
+  def place_batches(self, batches: Iterable[dict]) -> Iterator[dict]:
+    def split(x):
+      return np.reshape(x, (self.num_local_devices, -1, *x.shape[1:]))
+
+    local = (jax.tree.map(split, batch) for batch in batches)
+    return jax_utils.prefetch_to_device(local, self.prefetch)

@@ -1,0 +1,32 @@
+"""The classic small CNN for 28x28 digits and clothes (as in Flax's MNIST example)."""
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from zoo.registry import register
+
+
+@register('cnn')
+class CNN(nn.Module):
+  """conv3x3(32) relu avgpool2, conv3x3(64) relu avgpool2, dense(256) relu, dense.
+
+  Logits come out in the computation `dtype`; the recipes upcast them.
+  """
+
+  num_classes: int
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    del train  # No dropout or batch norm: train and eval are the same.
+    layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    x = x.astype(self.dtype)
+    for features in (32, 64):
+      x = nn.Conv(features, (3, 3), padding='SAME', **layer)(x)
+      x = nn.avg_pool(nn.relu(x), (2, 2), strides=(2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(256, **layer)(x))
+    return nn.Dense(self.num_classes, **layer)(x)
