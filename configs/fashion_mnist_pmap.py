@@ -20,4 +20,7 @@ def get_config():
   config.data_dir = '/usr/share/datasets/fashion-mnist'
   config.model = 'cnn'
   config.num_epochs = 10.0
+  # SGD with momentum 0.9 at 0.1, a short warmup, then cosine decay to zero.
+  config.lr_schedule = 'warmup_cosine'
+  config.warmup_epochs = 0.2
   return config

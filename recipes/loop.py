@@ -4,6 +4,7 @@ Reads the data, builds the model and optimizer from the config, then runs
 train steps with periodic evaluation, CLU summaries and progress reports.
 """
 
+import dataclasses
 import functools
 import time
 
@@ -11,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
@@ -62,8 +64,20 @@ def _num_train_steps(config, per_epoch: int) -> int:
   return steps
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
-  """Trains `config.model` on `config.dataset`; returns the final eval metrics."""
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """What a run is built from: data, schedule and the initial (host) state."""
+
+  data: datasets.Dataset
+  steps_per_epoch: int
+  num_steps: int
+  eval_batch_size: int
+  schedule: optax.Schedule
+  state: train_state.TrainState
+
+
+def setup(config: ml_collections.ConfigDict) -> Setup:
+  """Checks the config against the devices, loads data, initializes state."""
   if config.strategy not in STRATEGIES:
     raise UserError(f'unknown strategy {config.strategy!r}; choose one of '
                     f'{", ".join(STRATEGIES)}.')
@@ -81,43 +95,57 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     raise UserError(f'batch_size {config.batch_size} is larger than the '
                     f'{num_train} training examples.')
   num_steps = _num_train_steps(config, per_epoch)
-  eval_every = config.eval_every_steps or per_epoch
-  log_every = config.log_every_steps
 
   model = create_model(config, data.num_classes)
   schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
   tx = optimizers.create_optimizer(config, schedule)
   state = train_state.create(model, tx, data.image_shape,
                              jax.random.PRNGKey(config.seed))
-  parameter_overview.log_parameter_overview(state.params)
+  return Setup(data, per_epoch, num_steps, eval_batch_size, schedule, state)
 
+
+def train_steps(strategy, state, batches, first_step: int, last_step: int):
+  """Runs steps first_step..last_step; yields (step, state, metrics) after each."""
+  previous = None
+  for step in range(first_step, last_step + 1):
+    with jax.profiler.StepTraceAnnotation('train', step_num=step):
+      state, metrics = strategy.train_step(state, next(batches))
+    if previous is not None:
+      # Keep the host at most one step ahead of the devices: a runaway
+      # dispatch queue makes timings lie and can starve the devices.
+      jax.block_until_ready(previous)
+    previous = metrics
+    yield step, state, metrics
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
+  """Trains `config.model` on `config.dataset`; returns the final eval metrics."""
+  run = setup(config)
+  parameter_overview.log_parameter_overview(run.state.params)
   strategy = STRATEGIES[config.strategy]()
-  state = strategy.place_state(state)
+  state = strategy.place_state(run.state)
+  num_steps, schedule = run.num_steps, run.schedule
+  eval_every = config.eval_every_steps or run.steps_per_epoch
   writer = metric_writers.create_default_writer(
       workdir, just_logging=jax.process_index() > 0)
   writer.write_hparams(dict(config.items()))
   logging.info('Training %s on %s: %d steps (%d per epoch), global batch %d '
                'on %d devices.', config.model, config.dataset, num_steps,
-               per_epoch, config.batch_size, num_devices)
+               run.steps_per_epoch, config.batch_size, jax.device_count())
 
   batches = strategy.place_batches(input_pipeline.train_batches(
-      data.train, batch_size=config.batch_size, seed=config.seed,
+      run.data.train, batch_size=config.batch_size, seed=config.seed,
       start_step=0, num_steps=num_steps))
   report_progress = periodic_actions.ReportProgress(
       num_train_steps=num_steps, every_secs=30)
   pending, last_log = [], (0, time.monotonic())
   eval_summary = {}
-  for step in range(1, num_steps + 1):
-    with jax.profiler.StepTraceAnnotation('train', step_num=step):
-      state, metrics = strategy.train_step(state, next(batches))
+  for step, state, metrics in train_steps(strategy, state, batches, 1,
+                                          num_steps):
     pending.append(metrics)
-    if len(pending) > 1:
-      # Keep the host at most one step ahead of the devices: a runaway
-      # dispatch queue makes timings lie and can starve the devices.
-      jax.block_until_ready(pending[-2])
     report_progress(step)
 
-    if step % log_every == 0 or step == num_steps:
+    if step % config.log_every_steps == 0 or step == num_steps:
       summary = _merged(strategy, pending).compute()
       now = time.monotonic()
       writer.write_scalars(step, {
@@ -133,7 +161,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
 
     if step % eval_every == 0 or step == num_steps:
       with report_progress.timed('eval'):
-        eval_metrics = evaluate(strategy, state, data.eval, eval_batch_size)
+        eval_metrics = evaluate(strategy, state, run.data.eval,
+                                run.eval_batch_size)
       eval_summary = eval_metrics.compute()
       writer.write_scalars(step, {f'eval/{k}': v
                                   for k, v in eval_summary.items()})
