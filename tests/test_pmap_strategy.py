@@ -1,5 +1,10 @@
+from typing import Any
+
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from recipes import loop, optimizers, train_state
@@ -61,3 +66,40 @@ def test_metrics_cover_the_global_batch(strategy):
   logits = single.apply_fn({'params': single.params}, batch['image'][:50])
   expected = np.mean(np.argmax(logits, -1) == batch['label'][:50])
   np.testing.assert_allclose(metrics.compute()['accuracy'], expected)
+
+
+class _BatchNormNet(nn.Module):
+  """A test model with batch-norm statistics."""
+
+  num_classes: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.Dense(16)(x.reshape((x.shape[0], -1)))
+    x = nn.BatchNorm(use_running_average=not train, momentum=0.0)(x)
+    return nn.Dense(self.num_classes)(nn.relu(x))
+
+
+def test_batch_norm_statistics_are_averaged_across_devices(strategy):
+  model = _BatchNormNet(num_classes=10)
+  tx = optax.sgd(0.0)  # Parameters stay put: only the statistics change.
+  state = train_state.create(model, tx, (28, 28, 1), jax.random.PRNGKey(0))
+  assert state.batch_stats
+  batch = _fixed_batch()
+  # Devices see different data, so per-device statistics would differ.
+  batch['image'] *= np.repeat(np.arange(1, 9, dtype=np.float32), 8)[
+      :, None, None, None]
+  replicated = strategy.place_state(state)
+  replicated, _ = strategy.train_step(
+      replicated, next(strategy.place_batches([batch])))
+  stats = replicated.batch_stats['BatchNorm_0']['mean']
+  shards = [np.asarray(s.data)[0] for s in stats.addressable_shards]
+  for shard in shards[1:]:
+    np.testing.assert_array_equal(shard, shards[0])
+  # momentum=0 keeps the batch mean: the pmean of per-device means equals
+  # the mean over the whole (equally split) global batch.
+  dense = state.params['Dense_0']
+  features = batch['image'].reshape(64, -1) @ dense['kernel'] + dense['bias']
+  np.testing.assert_allclose(shards[0], features.mean(0), rtol=1e-4,
+                             atol=1e-4)
