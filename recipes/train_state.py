@@ -22,6 +22,9 @@ def create(model: nn.Module, tx: optax.GradientTransformation,
   def init(rng):
     variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32),
                            train=False)
+    # Plain arrays: logical-axis annotations are read from the model when a
+    # strategy needs them, not carried in the state.
+    variables = nn.meta.unbox(variables)
     return TrainState.create(apply_fn=model.apply, params=variables['params'],
                              tx=tx, batch_stats=variables.get('batch_stats',
                                                               {}))
