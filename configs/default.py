@@ -21,6 +21,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.data_dir = ''  # '' = TFDS's default (~/tensorflow_datasets).
   config.train_split = 'train'
   config.eval_split = 'test'
+  # Preprocessing (recipes/preprocess.py): augment none | cifar | imagenet
+  # (imagenet streams JPEGs, crops to image_size); normalize '' | cifar10 |
+  # imagenet (per-channel mean/std).
+  config.augment = 'none'
+  config.normalize = ''
+  config.image_size = 224
 
   # Training length: num_train_steps wins over num_epochs when > 0.
   config.batch_size = 128  # Global, over all devices and processes.

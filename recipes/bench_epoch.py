@@ -16,7 +16,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from recipes import input_pipeline, loop, steps
+from recipes import loop, steps
 from recipes.pmap_strategy import PmapStrategy
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -25,9 +25,9 @@ _REPEATS = flags.DEFINE_integer('repeats', 1, 'Timed epochs per mode.')
 
 
 def _epoch_batches(run, config):
-  return input_pipeline.train_batches(
-      run.data.train, batch_size=config.batch_size, seed=config.seed,
-      start_step=0, num_steps=run.steps_per_epoch)
+  return run.data.train_batches(
+      batch_size=config.batch_size, seed=config.seed, start_step=0,
+      num_steps=run.steps_per_epoch)
 
 
 def time_pmap_recipe(run, config) -> float:

@@ -1,13 +1,18 @@
-"""Loads a dataset's train and eval splits into host memory as numpy arrays.
+"""Datasets by name: where the examples come from and how they are batched.
 
-Two sources give the same TFDS-style examples (`image` uint8 [N, H, W, C],
-`label` int64 [N]):
-- any TFDS builder by name (`mnist`, `fashion_mnist`, `cifar10`, ...), downloaded
-  and prepared into `data_dir` on first use;
+Two sources give the same TFDS-style examples (`image`, `label`):
+- any TFDS builder by name (`mnist`, `fashion_mnist`, `cifar10`,
+  `imagenet2012`, ...), downloaded and prepared into `data_dir` on first use;
 - `fashion_mnist_idx`: real Fashion-MNIST read offline from the IDX files of
   Debian's `dataset-fashion-mnist` package (see recipes/idx.py).
-Holding the split in memory lets the input pipeline pick any example by index,
-which is what makes the data order a pure function of (seed, step).
+Datasets of fixed-size images (the MNIST family, CIFAR) are held in host
+memory, which lets the pipeline pick any example by index and makes the data
+order a pure function of (seed, step) (recipes/input_pipeline.py). Datasets of
+encoded JPEGs (`augment='imagenet'`) are streamed instead
+(recipes/streaming.py), with the differences documented there.
+
+Both kinds offer the same interface to the loop: `num_classes`, `num_train`,
+`num_eval`, `image_shape`, `train_batches(...)` and `eval_batches(...)`.
 """
 
 import dataclasses
@@ -18,35 +23,64 @@ import numpy as np
 import requests
 import tensorflow_datasets as tfds
 
-from recipes import idx
+from recipes import idx, input_pipeline, streaming
 from recipes.errors import UserError
+from recipes.preprocess import Preprocessing
 
 OFFLINE_DATASETS = {'fashion_mnist_idx': (idx.load_split, 10)}
 _FEATURES = ('image', 'label')
 
 
 @dataclasses.dataclass(frozen=True)
-class Dataset:
+class InMemoryDataset:
+  """Both splits as numpy arrays: `image` uint8 [N, H, W, C], `label` [N]."""
+
   train: dict[str, np.ndarray]
   eval: dict[str, np.ndarray]
   num_classes: int
+  preprocessing: Preprocessing = Preprocessing()
 
   @property
   def image_shape(self) -> tuple[int, ...]:
     return self.train['image'].shape[1:]
 
+  @property
+  def num_train(self) -> int:
+    return len(self.train['label'])
+
+  @property
+  def num_eval(self) -> int:
+    return len(self.eval['label'])
+
+  def train_batches(self, **kwargs):
+    return input_pipeline.train_batches(
+        self.train, preprocessing=self.preprocessing, **kwargs)
+
+  def eval_batches(self, **kwargs):
+    return input_pipeline.eval_batches(
+        self.eval, preprocessing=self.preprocessing, **kwargs)
+
 
 def load(name: str, data_dir: str | None, train_split: str = 'train',
-         eval_split: str = 'test') -> Dataset:
+         eval_split: str = 'test',
+         preprocessing: Preprocessing = Preprocessing()):
+  """The dataset `name`, prepared (downloaded if needed) and ready to batch."""
   if name in OFFLINE_DATASETS:
     load_split, num_classes = OFFLINE_DATASETS[name]
   else:
     builder = _prepared_tfds_builder(name, data_dir)
-    load_split = lambda _, split: _tfds_split(builder, split)
     num_classes = builder.info.features['label'].num_classes
-  return Dataset(train=load_split(data_dir, train_split),
-                 eval=load_split(data_dir, eval_split),
-                 num_classes=num_classes)
+    if preprocessing.augment == 'imagenet':
+      return streaming.StreamingDataset(builder, train_split, eval_split,
+                                        num_classes, preprocessing)
+    load_split = lambda _, split: _tfds_split(builder, split)
+  if preprocessing.augment == 'imagenet':
+    raise UserError(f"augment='imagenet' needs a TFDS dataset of JPEG images; "
+                    f'{name!r} is not one.')
+  return InMemoryDataset(train=load_split(data_dir, train_split),
+                         eval=load_split(data_dir, eval_split),
+                         num_classes=num_classes,
+                         preprocessing=preprocessing)
 
 
 def _prepared_tfds_builder(name: str, data_dir: str | None):

@@ -17,9 +17,11 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
 import zoo
-from recipes import datasets, input_pipeline, optimizers, train_state
+from recipes import (datasets, input_pipeline, optimizers, streaming,
+                     train_state)
 from recipes.errors import UserError
 from recipes.pmap_strategy import PmapStrategy
+from recipes.preprocess import Preprocessing
 
 STRATEGIES = {'pmap': PmapStrategy}
 
@@ -48,9 +50,9 @@ def _merged(strategy, metrics_list):
                           (strategy.to_host(m) for m in metrics_list))
 
 
-def evaluate(strategy, state, split, batch_size: int):
-  """Metrics over the whole split, each example counted exactly once."""
-  batches = input_pipeline.eval_batches(split, batch_size=batch_size)
+def evaluate(strategy, state, data, batch_size: int):
+  """Metrics over the whole eval split, each example counted exactly once."""
+  batches = data.eval_batches(batch_size=batch_size)
   metrics = [strategy.eval_step(state, batch)
              for batch in strategy.place_batches(batches)]
   return _merged(strategy, metrics)
@@ -68,7 +70,7 @@ def _num_train_steps(config, per_epoch: int) -> int:
 class Setup:
   """What a run is built from: data, schedule and the initial (host) state."""
 
-  data: datasets.Dataset
+  data: datasets.InMemoryDataset | streaming.StreamingDataset
   steps_per_epoch: int
   num_steps: int
   eval_batch_size: int
@@ -87,9 +89,11 @@ def setup(config: ml_collections.ConfigDict) -> Setup:
   check_divisible('eval_batch_size', eval_batch_size, num_devices)
   create_model(config, num_classes=1)  # A bad name fails before data loads.
 
+  preprocessing = Preprocessing(config.augment, config.normalize,
+                                config.image_size)
   data = datasets.load(config.dataset, config.data_dir or None,
-                       config.train_split, config.eval_split)
-  num_train = len(data.train['label'])
+                       config.train_split, config.eval_split, preprocessing)
+  num_train = data.num_train
   per_epoch = input_pipeline.steps_per_epoch(num_train, config.batch_size)
   if per_epoch == 0:
     raise UserError(f'batch_size {config.batch_size} is larger than the '
@@ -133,9 +137,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
                'on %d devices.', config.model, config.dataset, num_steps,
                run.steps_per_epoch, config.batch_size, jax.device_count())
 
-  batches = strategy.place_batches(input_pipeline.train_batches(
-      run.data.train, batch_size=config.batch_size, seed=config.seed,
-      start_step=0, num_steps=num_steps))
+  batches = strategy.place_batches(run.data.train_batches(
+      batch_size=config.batch_size, seed=config.seed, start_step=0,
+      num_steps=num_steps))
   report_progress = periodic_actions.ReportProgress(
       num_train_steps=num_steps, every_secs=30)
   pending, last_log = [], (0, time.monotonic())
@@ -161,7 +165,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
 
     if step % eval_every == 0 or step == num_steps:
       with report_progress.timed('eval'):
-        eval_metrics = evaluate(strategy, state, run.data.eval,
+        eval_metrics = evaluate(strategy, state, run.data,
                                 run.eval_batch_size)
       eval_summary = eval_metrics.compute()
       writer.write_scalars(step, {f'eval/{k}': v

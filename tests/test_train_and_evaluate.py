@@ -56,7 +56,7 @@ def test_idx_run_learns_and_evaluates_every_test_example(tmp_path):
       config, optimizers.learning_rate_schedule(config, 6, 4))
   state = strategy.place_state(
       train_state.create(model, tx, (28, 28, 1), jax.random.PRNGKey(0)))
-  metrics = loop.evaluate(strategy, state, data.eval, batch_size=16)
+  metrics = loop.evaluate(strategy, state, data, batch_size=16)
   assert int(metrics.accuracy.count) == 100  # 7 batches, 12 padded slots.
   host = strategy.to_host(state)
   images = data.eval['image'].astype(np.float32) / 255

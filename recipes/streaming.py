@@ -1,0 +1,98 @@
+"""Streams TFDS datasets too large for memory (ImageNet-style JPEGs).
+
+What differs from the in-memory pipeline: each process reads its own even
+share of the split's files (`tfds.split_for_jax_process`) and shuffles it with
+a buffer seeded by the config seed. So the order is reproducible for a given
+seed and process count, and a run resumed at step s skips the first s batches
+of the same stream (records are skipped before decoding), but the global batch
+at step s is not the same for different process counts. Evaluation reads
+each process's share once and pads it with masked examples so every process
+runs the same number of eval steps.
+"""
+
+import dataclasses
+from typing import Iterator
+
+import jax
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from recipes import input_pipeline
+from recipes.preprocess import Preprocessing
+
+_SHUFFLE_BATCHES = 16  # Shuffle buffer, in local batches.
+
+
+def _num_examples(builder, split: str) -> int:
+  info = builder.info.splits
+  if info and split in info:
+    return info[split].num_examples
+  # Builders without split metadata (e.g. under tfds.testing.mock_data).
+  ds = builder.as_dataset(split=split,
+                          decoders={'image': tfds.decode.SkipDecoding()})
+  return int(ds.reduce(0, lambda count, _: count + 1))
+
+
+@dataclasses.dataclass
+class StreamingDataset:
+  builder: tfds.core.DatasetBuilder
+  train_split: str
+  eval_split: str
+  num_classes: int
+  preprocessing: Preprocessing
+
+  def __post_init__(self):
+    self.num_train = _num_examples(self.builder, self.train_split)
+    self.num_eval = _num_examples(self.builder, self.eval_split)
+
+  @property
+  def image_shape(self) -> tuple[int, ...]:
+    size = self.preprocessing.image_size
+    return (size, size, 3)
+
+  def _read(self, split: str, seed: int | None) -> tf.data.Dataset:
+    read_config = tfds.ReadConfig(shuffle_seed=seed)
+    return self.builder.as_dataset(
+        split=tfds.split_for_jax_process(split), shuffle_files=seed is not None,
+        read_config=read_config,
+        decoders={'image': tfds.decode.SkipDecoding()})
+
+  def train_batches(self, *, batch_size: int, seed: int, start_step: int,
+                    num_steps: int) -> Iterator[input_pipeline.Batch]:
+    local = batch_size // jax.process_count()
+    # Distinct augmentation seeds on every process and example.
+    offset = jax.process_index() << 40
+
+    def example(index, ex):
+      seed_pair = tf.stack([tf.constant(seed, tf.int64), offset + index])
+      return {'image': self.preprocessing.train(ex['image'], seed_pair),
+              'label': tf.cast(ex['label'], tf.int32)}
+
+    ds = (self._read(self.train_split, seed).repeat()
+          .shuffle(_SHUFFLE_BATCHES * local, seed=seed)
+          .skip(start_step * local)
+          .take((num_steps - start_step) * local)
+          .enumerate(start_step * local)
+          .map(example, num_parallel_calls=tf.data.AUTOTUNE)
+          .batch(local, drop_remainder=True))
+    return input_pipeline.as_numpy(ds)
+
+  def eval_batches(self, *, batch_size: int
+                   ) -> Iterator[input_pipeline.Batch]:
+    local = batch_size // jax.process_count()
+    steps = input_pipeline.num_eval_steps(self.num_eval, batch_size)
+
+    def example(ex):
+      return {'image': self.preprocessing.eval(ex['image']),
+              'label': tf.cast(ex['label'], tf.int32),
+              'mask': tf.constant(True)}
+
+    padding = tf.data.Dataset.from_tensors({
+        'image': tf.zeros(self.image_shape, tf.float32),
+        'label': tf.constant(0, tf.int32), 'mask': tf.constant(False)})
+    ds = (self._read(self.eval_split, seed=None)
+          .map(example, num_parallel_calls=tf.data.AUTOTUNE)
+          .concatenate(padding.repeat())
+          .take(steps * local)
+          .batch(local))
+    return input_pipeline.as_numpy(ds)

@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from recipes import datasets, input_pipeline, preprocess
+from recipes.errors import UserError
+from recipes.preprocess import Preprocessing
+
+
+def _seed(i):
+  return tf.constant([7, i], tf.int64)
+
+
+def test_cifar_crop_is_a_shifted_window_and_flip_is_seeded():
+  rng = np.random.default_rng(0)
+  image = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+  padded = np.pad(image, [(4, 4), (4, 4), (0, 0)]) / 255.0
+  outputs = [preprocess.cifar_train(tf.constant(image), _seed(i)).numpy()
+             for i in range(12)]
+  for out in outputs:
+    assert out.shape == (32, 32, 3) and out.dtype == np.float32
+    windows = [np.flip(w, 1) if flip else w
+               for dy in range(9) for dx in range(9) for flip in (0, 1)
+               for w in [padded[dy:dy + 32, dx:dx + 32]]]
+    assert any(np.allclose(out, w) for w in windows)
+  assert len({o.tobytes() for o in outputs}) > 6  # Seeds change the crop.
+  again = preprocess.cifar_train(tf.constant(image), _seed(3)).numpy()
+  np.testing.assert_array_equal(again, outputs[3])
+
+
+def test_normalize_uses_the_per_channel_statistics():
+  prep = Preprocessing(normalize='cifar10')
+  out = prep.eval(tf.fill([2, 2, 3], tf.constant(255, tf.uint8))).numpy()
+  mean, std = preprocess.MEAN_STD['cifar10']
+  np.testing.assert_allclose(out[0, 0], (1 - np.array(mean)) / std,
+                             rtol=1e-5)
+
+
+def _jpeg(height, width, seed=0):
+  rng = np.random.default_rng(seed)
+  pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+  return tf.io.encode_jpeg(pixels).numpy()
+
+
+def test_imagenet_crops_have_the_requested_size():
+  prep = Preprocessing(augment='imagenet', normalize='imagenet', image_size=48)
+  jpeg = tf.constant(_jpeg(90, 60))
+  train = [prep.train(jpeg, _seed(i)).numpy() for i in range(4)]
+  assert all(t.shape == (48, 48, 3) and np.isfinite(t).all() for t in train)
+  assert len({t.tobytes() for t in train}) == 4
+  evaluated = prep.eval(jpeg).numpy()
+  assert evaluated.shape == (48, 48, 3)
+  np.testing.assert_array_equal(evaluated, prep.eval(jpeg).numpy())
+
+
+def test_unknown_presets_are_user_errors():
+  with pytest.raises(UserError, match="unknown augment 'autoaugment'"):
+    Preprocessing(augment='autoaugment')
+  with pytest.raises(UserError, match="unknown normalize 'svhn'"):
+    Preprocessing(normalize='svhn')
+
+
+def test_augmented_batches_obey_the_data_order_rule(monkeypatch):
+  rng = np.random.default_rng(0)
+  split = {'image': rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8),
+           'label': np.arange(40)}
+  prep = Preprocessing(augment='cifar')
+
+  def images(start_step):
+    return np.stack([b['image'] for b in input_pipeline.train_batches(
+        split, batch_size=8, seed=1, start_step=start_step, num_steps=6,
+        preprocessing=prep)])
+
+  full = images(0)
+  np.testing.assert_array_equal(images(3), full[3:])  # Resume: same crops.
+  halves = []
+  for index in range(2):
+    monkeypatch.setattr('jax.process_count', lambda: 2)
+    monkeypatch.setattr('jax.process_index', lambda i=index: i)
+    halves.append(images(0))
+  np.testing.assert_array_equal(np.concatenate(halves, axis=1), full)
+
+
+def test_streaming_imagenet_batches_and_padded_eval(monkeypatch):
+  prep = Preprocessing(augment='imagenet', normalize='imagenet', image_size=32)
+  with tfds.testing.mock_data(num_examples=21), monkeypatch.context() as m:
+    m.setattr(datasets, '_first_unreachable_url', lambda builder: None)
+    data = datasets.load('imagenet2012', None, 'train', 'validation', prep)
+    assert (data.num_train, data.num_eval) == (21, 21)
+    assert data.num_classes == 1000 and data.image_shape == (32, 32, 3)
+    batches = list(data.train_batches(batch_size=8, seed=0, start_step=0,
+                                      num_steps=5))
+    assert len(batches) == 5
+    assert batches[0]['image'].shape == (8, 32, 32, 3)
+    resumed = list(data.train_batches(batch_size=8, seed=0, start_step=3,
+                                      num_steps=5))
+    np.testing.assert_array_equal(resumed[0]['image'], batches[3]['image'])
+    evals = list(data.eval_batches(batch_size=8))
+  assert len(evals) == 3
+  assert sum(int(b['mask'].sum()) for b in evals) == 21
+  assert not evals[-1]['mask'][-3:].any()
