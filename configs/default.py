@@ -14,6 +14,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Model (a name from `zoo.list_models()`) and its computation precision:
   # bfloat16 computation with float32 parameters when half_precision is set.
   config.model = 'cnn'
+  config.model_kwargs = ml_collections.ConfigDict()  # Extra create() args.
   config.half_precision = False
 
   # Data: a TFDS name, or `fashion_mnist_idx` for the offline Debian files.

@@ -39,8 +39,9 @@ def check_divisible(name: str, batch_size: int, num_devices: int):
 def create_model(config: ml_collections.ConfigDict, num_classes: int):
   dtype = jnp.bfloat16 if config.half_precision else jnp.float32
   try:
-    return zoo.create(config.model, num_classes=num_classes, dtype=dtype)
-  except ValueError as e:
+    return zoo.create(config.model, num_classes=num_classes, dtype=dtype,
+                      **config.model_kwargs)
+  except (TypeError, ValueError) as e:
     raise UserError(str(e)) from None
 
 
