@@ -1,8 +1,12 @@
-"""Flax Linen models behind one registry: `create(name, **kwargs)`, `list_models(pattern)`."""
+"""Flax Linen models behind one registry: `create(name, **kwargs)`, `list_models(pattern)`.
 
-from zoo.registry import create, list_models, register
+`input_shape(name)` gives a model's default input shape and
+`default_rules(name)` its logical-axis rules for sharding.
+"""
+
+from zoo.registry import create, default_rules, input_shape, list_models, register
 
 # Importing the model modules registers them.
 from zoo import cnn, mlp  # pylint: disable=g-bad-import-order
 
-__all__ = ['create', 'list_models', 'register']
+__all__ = ['create', 'list_models', 'register', 'input_shape', 'default_rules']

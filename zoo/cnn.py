@@ -5,10 +5,12 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo import layers
+from zoo.partitioning import CONV_RULES
 from zoo.registry import register
 
 
-@register('cnn')
+@register('cnn', input_shape=(28, 28, 1), rules=CONV_RULES, num_classes=10)
 class CNN(nn.Module):
   """conv3x3(32) relu avgpool2, conv3x3(64) relu avgpool2, dense(256) relu, dense.
 
@@ -25,8 +27,8 @@ class CNN(nn.Module):
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     x = x.astype(self.dtype)
     for features in (32, 64):
-      x = nn.Conv(features, (3, 3), padding='SAME', **layer)(x)
+      x = layers.conv(features, (3, 3), padding='SAME', **layer)(x)
       x = nn.avg_pool(nn.relu(x), (2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(256, **layer)(x))
-    return nn.Dense(self.num_classes, **layer)(x)
+    x = nn.relu(layers.dense(256, ('embed', 'mlp'), **layer)(x))
+    return layers.dense(self.num_classes, ('embed', 'classes'), **layer)(x)

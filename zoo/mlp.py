@@ -5,10 +5,12 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo import layers
+from zoo.partitioning import CONV_RULES
 from zoo.registry import register
 
 
-@register('mlp')
+@register('mlp', input_shape=(28, 28, 1), rules=CONV_RULES, num_classes=10)
 class MLP(nn.Module):
   """Logits come out in the computation `dtype`; the recipes upcast them."""
 
@@ -20,9 +22,8 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x, train: bool = False):
     del train  # No dropout or batch norm: train and eval are the same.
+    layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     x = x.reshape((x.shape[0], -1)).astype(self.dtype)
     for width in self.hidden_sizes:
-      x = nn.relu(nn.Dense(width, dtype=self.dtype,
-                           param_dtype=self.param_dtype)(x))
-    return nn.Dense(self.num_classes, dtype=self.dtype,
-                    param_dtype=self.param_dtype)(x)
+      x = nn.relu(layers.dense(width, ('embed', 'mlp'), **layer)(x))
+    return layers.dense(self.num_classes, ('embed', 'classes'), **layer)(x)
