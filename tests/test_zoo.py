@@ -75,3 +75,26 @@ def test_registry_records_input_shapes_and_rules():
     zoo.default_rules('vit')
   with pytest.raises(ValueError, match='registered twice'):
     zoo.register('cnn', input_shape=(28, 28, 1), rules=())(nn.Dense)
+
+
+def test_flops_count_multiply_adds_twice():
+  # Dense layers: in x out multiply-adds each.
+  mlp = zoo.model_info('mlp', hidden_sizes=(64, 32))
+  assert mlp.gflops * 1e9 == 2 * (784 * 64 + 64 * 32 + 32 * 10)
+  assert mlp.num_params == 784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10
+  # 3x3 'SAME' convs over every output pixel (padding counted), then dense.
+  cnn = zoo.model_info('cnn')
+  macs = (28 * 28 * 32 * 9 * 1 + 14 * 14 * 64 * 9 * 32 + 3136 * 256 +
+          256 * 10)
+  assert cnn.gflops * 1e9 == 2 * macs
+  assert cnn.num_params == 824_458
+  assert cnn.input_shape == (28, 28, 1)
+
+
+def test_table_lists_every_model(capsys):
+  from zoo import __main__ as zoo_main  # pylint: disable=g-import-not-at-top
+  zoo_main.main()
+  rows = capsys.readouterr().out.splitlines()[1:]
+  assert [row.split()[0] for row in rows] == zoo.list_models()
+  cnn = next(r for r in rows if r.startswith('cnn '))
+  assert cnn.split()[1:] == ['824,458', '0.009', '28x28x1']

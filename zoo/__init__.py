@@ -1,12 +1,14 @@
 """Flax Linen models behind one registry: `create(name, **kwargs)`, `list_models(pattern)`.
 
-`input_shape(name)` gives a model's default input shape and
-`default_rules(name)` its logical-axis rules for sharding.
+`model_info(name)` gives a model's default input shape, parameter count and
+forward FLOPs; `default_rules(name)` its logical-axis rules for sharding.
 """
 
 from zoo.registry import create, default_rules, input_shape, list_models, register
+from zoo.info import ModelInfo, model_info
 
 # Importing the model modules registers them.
 from zoo import cnn, mlp  # pylint: disable=g-bad-import-order
 
-__all__ = ['create', 'list_models', 'register', 'input_shape', 'default_rules']
+__all__ = ['create', 'list_models', 'register', 'input_shape', 'default_rules',
+           'model_info', 'ModelInfo']
