@@ -4,11 +4,12 @@
 forward FLOPs; `default_rules(name)` its logical-axis rules for sharding.
 """
 
-from zoo.registry import create, default_rules, input_shape, list_models, register
+from zoo.registry import (create, default_rules, input_shape, list_models,
+                          register)
 from zoo.info import ModelInfo, model_info
 
 # Importing the model modules registers them.
-from zoo import cnn, mlp  # pylint: disable=g-bad-import-order
+from zoo import cnn, mlp, resnet, vit, wide_resnet  # pylint: disable=g-bad-import-order
 
 __all__ = ['create', 'list_models', 'register', 'input_shape', 'default_rules',
            'model_info', 'ModelInfo']

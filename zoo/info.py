@@ -69,7 +69,8 @@ def count_flops(jaxpr) -> int:
       kernel = eqn.invars[1].aval.shape
       out_features = kernel[eqn.params['dimension_numbers'].rhs_spec[0]]
       flops += 2 * math.prod(out) * math.prod(kernel) // out_features
-    # Nested jaxprs: jit, custom_jvp/vjp, remat; a scan body runs `length` times.
+    # Nested jaxprs (jit, custom_jvp/vjp, remat); a scan body runs `length`
+    # times.
     repeats = eqn.params.get('length', 1) if eqn.primitive.name == 'scan' else 1
     for sub in _sub_jaxprs(eqn.params):
       flops += repeats * count_flops(sub)

@@ -42,7 +42,8 @@ def batch_norm(*, zero_scale: bool = False, **kwargs) -> nn.BatchNorm:
   keeps the running statistics in float32. There is no `axis_name`: the
   recipes average the statistics across devices themselves.
   """
-  scale_init = initializers.zeros_init() if zero_scale else initializers.ones_init()
+  scale_init = (initializers.zeros_init() if zero_scale else
+                initializers.ones_init())
   return nn.BatchNorm(momentum=0.9, epsilon=1e-5,
                       scale_init=named(scale_init, ('norm',)),
                       bias_init=named(initializers.zeros_init(), ('norm',)),

@@ -1,0 +1,127 @@
+"""ResNet v1.5 (He et al. 2015; stride on the bottleneck's 3x3 conv), with batch norm.
+
+One class serves every depth: the stage sizes and the block type pick the
+variant. ImageNet nets (224x224) start with a 7x7/2 conv and a 3x3/2 max-pool;
+with `small_inputs=True` the stem is one 3x3 conv for 32x32 CIFAR images, as in
+the paper's CIFAR nets (three stages of 16, 32, 64 channels). Where a block
+changes the shape, the shortcut is a 1x1 conv with batch norm (the paper's
+option B; its CIFAR nets used zero padding, option A, with 0.27M parameters
+either way).
+"""
+
+import functools
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from zoo import layers
+from zoo.partitioning import CONV_RULES, IMAGE
+from zoo.registry import register
+
+
+class BasicBlock(nn.Module):
+  """Two 3x3 convs; used by ResNet-18/34 and the CIFAR nets."""
+
+  features: int
+  strides: int
+  conv: Callable[..., nn.Module]
+  norm: Callable[..., nn.Module]
+  zero_init_last_bn: bool
+
+  @nn.compact
+  def __call__(self, x):
+    y = self.conv(self.features, (3, 3), strides=self.strides, padding=1)(x)
+    y = nn.relu(self.norm()(y))
+    y = self.conv(self.features, (3, 3), padding=1)(y)
+    y = self.norm(zero_scale=self.zero_init_last_bn)(y)
+    return nn.relu(_shortcut(self, x, y) + y)
+
+
+class Bottleneck(nn.Module):
+  """1x1 reduce, 3x3 (strided: v1.5), 1x1 expand to 4x `features`."""
+
+  features: int
+  strides: int
+  conv: Callable[..., nn.Module]
+  norm: Callable[..., nn.Module]
+  zero_init_last_bn: bool
+
+  @nn.compact
+  def __call__(self, x):
+    y = nn.relu(self.norm()(self.conv(self.features, (1, 1))(x)))
+    y = self.conv(self.features, (3, 3), strides=self.strides, padding=1)(y)
+    y = nn.relu(self.norm()(y))
+    y = self.conv(4 * self.features, (1, 1))(y)
+    y = self.norm(zero_scale=self.zero_init_last_bn)(y)
+    return nn.relu(_shortcut(self, x, y) + y)
+
+
+def _shortcut(block: nn.Module, x, y):
+  """Identity, or a strided 1x1 conv + batch norm where the shape changes."""
+  if x.shape == y.shape:
+    return x
+  x = block.conv(y.shape[-1], (1, 1), strides=block.strides,
+                 name='proj_conv')(x)
+  return block.norm(name='proj_bn')(x)
+
+
+@register('resnet18', input_shape=(224, 224, 3), rules=CONV_RULES,
+          num_classes=1000, stage_sizes=(2, 2, 2, 2), block_cls=BasicBlock)
+@register('resnet34', input_shape=(224, 224, 3), rules=CONV_RULES,
+          num_classes=1000, stage_sizes=(3, 4, 6, 3), block_cls=BasicBlock)
+@register('resnet50', input_shape=(224, 224, 3), rules=CONV_RULES,
+          num_classes=1000, stage_sizes=(3, 4, 6, 3), block_cls=Bottleneck)
+@register('resnet101', input_shape=(224, 224, 3), rules=CONV_RULES,
+          num_classes=1000, stage_sizes=(3, 4, 23, 3), block_cls=Bottleneck)
+@register('resnet152', input_shape=(224, 224, 3), rules=CONV_RULES,
+          num_classes=1000, stage_sizes=(3, 8, 36, 3), block_cls=Bottleneck)
+@register('resnet20', input_shape=(32, 32, 3), rules=CONV_RULES,
+          num_classes=10, stage_sizes=(3, 3, 3), block_cls=BasicBlock,
+          num_filters=16, small_inputs=True)
+@register('resnet56', input_shape=(32, 32, 3), rules=CONV_RULES,
+          num_classes=10, stage_sizes=(9, 9, 9), block_cls=BasicBlock,
+          num_filters=16, small_inputs=True)
+class ResNet(nn.Module):
+  """ResNet; stage i has `stage_sizes[i]` blocks of `num_filters * 2**i`.
+
+  `zero_init_last_bn` starts the last batch-norm scale of every residual
+  block at zero, so each block starts as the identity (Goyal et al. 2017).
+  Call with `train=True` and `mutable=['batch_stats']` to use and update the
+  batch statistics. Logits come out in the computation `dtype`; the recipes
+  upcast them.
+  """
+
+  stage_sizes: Sequence[int]
+  block_cls: type[nn.Module]
+  num_classes: int
+  num_filters: int = 64
+  small_inputs: bool = False
+  zero_init_last_bn: bool = True
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    conv = functools.partial(layers.conv, use_bias=False,
+                             kernel_init=layers.he_normal, **layer)
+    norm = functools.partial(layers.batch_norm,
+                             use_running_average=not train, **layer)
+    x = x.astype(self.dtype)
+    if self.small_inputs:
+      x = nn.relu(norm()(conv(self.num_filters, (3, 3), padding=1)(x)))
+    else:
+      x = conv(self.num_filters, (7, 7), strides=2, padding=3)(x)
+      x = nn.relu(norm()(x))
+      x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    x = nn.with_logical_constraint(x, IMAGE)
+    for i, num_blocks in enumerate(self.stage_sizes):
+      for j in range(num_blocks):
+        x = self.block_cls(self.num_filters * 2**i,
+                           strides=2 if i > 0 and j == 0 else 1,
+                           conv=conv, norm=norm,
+                           zero_init_last_bn=self.zero_init_last_bn)(x)
+        x = nn.with_logical_constraint(x, IMAGE)
+    x = jnp.mean(x, axis=(1, 2))
+    return layers.dense(self.num_classes, ('embed', 'classes'), **layer)(x)
