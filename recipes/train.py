@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from recipes import distributed
 from recipes import loop
 from recipes.errors import UserError
 
@@ -20,6 +21,10 @@ _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Training config file (see configs/).', lock_config=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for summaries and the final config.')
+_DISTRIBUTED = flags.DEFINE_bool(
+    'distributed', False, 'Initialize jax.distributed with auto-detection '
+    '(TPU pods, SLURM); local multi-process runs are set up by launch/local.sh '
+    'through environment variables instead.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -50,10 +55,11 @@ def _prepare_workdir(config, workdir: str):
                     'choose a writable --workdir.') from e
 
 
-def run(config, workdir: str):
+def run(config, workdir: str, use_distributed: bool = False):
   """Trains with `config` in `workdir`; a UserError exits with one line."""
   try:
     _hide_accelerators_from_tensorflow()
+    distributed.initialize(use_distributed)
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',
                  jax.__version__, jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.local_devices(),
@@ -86,7 +92,7 @@ def main(argv):
   except Exception as e:  # pylint: disable=broad-except
     logging.debug('Loading the config failed:', exc_info=True)
     sys.exit(f'error: cannot load --config: {_one_line(e)}')
-  run(config, _WORKDIR.value)
+  run(config, _WORKDIR.value, _DISTRIBUTED.value)
 
 
 if __name__ == '__main__':

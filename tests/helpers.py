@@ -1,9 +1,11 @@
 """Small builders shared by the tests: configs, states, IDX files."""
 
+import glob
 import gzip
 import os
 
 import numpy as np
+import tensorflow as tf
 
 from configs import default
 
@@ -35,3 +37,15 @@ def write_fashion_mnist(data_dir: str, num_train: int, num_test: int,
     write_idx(os.path.join(data_dir, f'{prefix}-labels-idx1-ubyte.gz'), labels)
     arrays[prefix] = (images, labels)
   return arrays
+
+
+def read_scalars(workdir):
+  """{tag: {step: value}} from the TensorBoard event files in workdir."""
+  found = {}
+  for path in glob.glob(os.path.join(workdir, 'events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.metadata.plugin_data.plugin_name == 'scalars':
+          number = float(tf.make_ndarray(value.tensor))
+          found.setdefault(value.tag, {})[event.step] = number
+  return found

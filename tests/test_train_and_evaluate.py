@@ -1,33 +1,19 @@
 """End to end: the real loop, data pipeline and CLU writers for a few steps."""
 
-import glob
 import json
 import os
 from unittest import mock
 
 import jax
 import numpy as np
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from recipes import datasets, loop, optimizers, train, train_state
 from recipes.pmap_strategy import PmapStrategy
-from tests.helpers import tiny_config, write_fashion_mnist
+from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
 TAGS = {'train/loss', 'train/accuracy', 'train/learning_rate',
         'train/steps_per_sec', 'eval/loss', 'eval/accuracy'}
-
-
-def _scalars(workdir):
-  """{tag: {step: value}} from the TensorBoard event files in workdir."""
-  found = {}
-  for path in glob.glob(os.path.join(workdir, 'events.out.tfevents.*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.metadata.plugin_data.plugin_name == 'scalars':
-          number = float(tf.make_ndarray(value.tensor))
-          found.setdefault(value.tag, {})[event.step] = number
-  return found
 
 
 def test_mock_tfds_run_writes_the_six_tags(tmp_path):
@@ -35,7 +21,7 @@ def test_mock_tfds_run_writes_the_six_tags(tmp_path):
   with tfds.testing.mock_data(num_examples=100), mock.patch.object(
       datasets, '_first_unreachable_url', return_value=None):
     summary = train.run(config, str(tmp_path))
-  scalars = _scalars(str(tmp_path))
+  scalars = read_scalars(str(tmp_path))
   assert TAGS <= set(scalars)
   assert sorted(scalars['train/loss']) == [2, 4, 6]
   assert sorted(scalars['eval/accuracy']) == [3, 6]
@@ -74,7 +60,7 @@ def test_defaults_evaluate_once_per_epoch(tmp_path):
                        num_train_steps=8, log_every_steps=2,
                        eval_every_steps=0)
   train.run(config, str(workdir))
-  scalars = _scalars(str(workdir))
+  scalars = read_scalars(str(workdir))
   assert all(v > 0 for v in scalars['train/steps_per_sec'].values())
   # 64 examples in batches of 16: an epoch is 4 steps.
   assert sorted(scalars['eval/loss']) == [4, 8]

@@ -1,0 +1,121 @@
+"""Runs N processes of one command on this machine as one multi-process JAX job.
+
+    launch/local.sh --num_processes=2 --devices_per_process=4 -- \
+        python -m recipes.train --config=configs/fashion_mnist_pmap.py --workdir=/tmp/fm
+
+Each process gets JAX_COORDINATOR_ADDRESS (127.0.0.1 and a free port),
+JAX_NUM_PROCESSES, JAX_PROCESS_ID and JAX_NUM_CPU_DEVICES in its environment;
+the recipe's `recipes/distributed.py` turns them into
+`jax.distributed.initialize(...)`. Every output line is prefixed with its
+process index. As soon as one process fails, the others are stopped and the
+launcher exits with that process's status; it exits 0 when all succeed.
+"""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def _forward(index: int, stream, lock: threading.Lock):
+  for line in iter(stream.readline, b''):
+    with lock:
+      sys.stdout.buffer.write(f'[{index}] '.encode() + line)
+      sys.stdout.flush()
+
+
+def _stop(processes, grace_seconds: float = 5.0):
+  """SIGTERM every live process group, then SIGKILL what is left."""
+  for p in processes:
+    if p.poll() is None:
+      os.killpg(p.pid, signal.SIGTERM)
+  deadline = time.monotonic() + grace_seconds
+  for p in processes:
+    try:
+      p.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      os.killpg(p.pid, signal.SIGKILL)
+      p.wait()
+
+
+def _interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt
+
+
+def launch(command: list[str], num_processes: int,
+           devices_per_process: int) -> int:
+  # SIGTERM (e.g. from a scheduler) stops the children like Ctrl-C does.
+  signal.signal(signal.SIGTERM, _interrupt)
+  address = f'127.0.0.1:{_free_port()}'
+  lock = threading.Lock()
+  processes, threads = [], []
+  for index in range(num_processes):
+    env = {**os.environ, 'JAX_COORDINATOR_ADDRESS': address,
+           'JAX_NUM_PROCESSES': str(num_processes),
+           'JAX_PROCESS_ID': str(index),
+           'JAX_NUM_CPU_DEVICES': str(devices_per_process),
+           'PYTHONUNBUFFERED': '1'}
+    # A process group per child, so stopping it also stops its children.
+    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    processes.append(p)
+    thread = threading.Thread(target=_forward, args=(index, p.stdout, lock),
+                              daemon=True)
+    thread.start()
+    threads.append(thread)
+
+  status = 0
+  try:
+    while True:
+      codes = [p.poll() for p in processes]  # Poll all: it sets returncode.
+      if all(code is not None for code in codes):
+        break
+      failed = [(i, code) for i, code in enumerate(codes)
+                if code not in (None, 0)]
+      if failed:
+        index, status = failed[0]
+        print(f'[launcher] process {index} exited with status {status}; '
+              'stopping the others.', file=sys.stderr, flush=True)
+        break
+      time.sleep(0.1)
+  except KeyboardInterrupt:
+    status = 130
+  finally:
+    _stop(processes)
+    for thread in threads:
+      thread.join(timeout=5)
+  if status == 0:
+    status = next((p.returncode for p in processes if p.returncode), 0)
+  return status if status >= 0 else 128 - status
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(
+      description=__doc__.split('\n')[0],
+      usage='launch/local.sh --num_processes=N --devices_per_process=K '
+            '-- COMMAND...')
+  parser.add_argument('--num_processes', type=int, required=True)
+  parser.add_argument('--devices_per_process', type=int, default=1)
+  parser.add_argument('command', nargs=argparse.REMAINDER)
+  args = parser.parse_args(argv)
+  command = args.command[1:] if args.command[:1] == ['--'] else args.command
+  if not command:
+    parser.error('give the command to run after --')
+  if args.num_processes < 1 or args.devices_per_process < 1:
+    parser.error('--num_processes and --devices_per_process must be >= 1')
+  return launch(command, args.num_processes, args.devices_per_process)
+
+
+if __name__ == '__main__':
+  sys.exit(main())
