@@ -9,7 +9,21 @@ import ml_collections
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
+  # pmap: the state replicated on every device (recipes/pmap_strategy.py).
+  # sharded: jax.jit on a device mesh (recipes/sharded_strategy.py) with the
+  # fields below; pmap ignores them.
   config.strategy = 'pmap'
+  # Mesh axis sizes, in this order; one may be -1 (the devices left over).
+  # The batch is split over data x fsdp; fsdp also splits parameters and
+  # optimizer state; tensor splits large matrices (e.g. a ViT's MLP, heads).
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  # Flax logical-axis rules, ((logical name, mesh axes), ...); () = the
+  # model's defaults, zoo.default_rules(config.model). First match wins.
+  config.partition_rules = ()
+  # ((regex on the parameter path, spec per dimension), ...), checked before
+  # the logical rules, e.g. (('Dense_0/kernel$', (None, 'tensor')),).
+  # Parameters no rule matches are replicated.
+  config.path_rules = ()
 
   # Model (a name from `zoo.list_models()`) and its computation precision:
   # bfloat16 computation with float32 parameters when half_precision is set.

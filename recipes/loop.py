@@ -2,12 +2,16 @@
 
 Reads the data, builds the model and optimizer from the config, then runs
 train steps with periodic evaluation, CLU summaries and progress reports.
+Only the placement of state and batches and the compiled steps depend on
+`config.strategy` (recipes/pmap_strategy.py, recipes/sharded_strategy.py).
 """
 
 import dataclasses
 import functools
+import math
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -17,23 +21,35 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
 import zoo
-from recipes import (datasets, input_pipeline, optimizers, streaming,
-                     train_state)
+from recipes import (datasets, input_pipeline, optimizers, sharded_strategy,
+                     streaming, train_state)
 from recipes.errors import UserError
 from recipes.pmap_strategy import PmapStrategy
 from recipes.preprocess import Preprocessing
+from recipes.sharded_strategy import ShardedStrategy
 
-STRATEGIES = {'pmap': PmapStrategy}
+STRATEGIES = ('pmap', 'sharded')
 
 
-def check_divisible(name: str, batch_size: int, num_devices: int):
+def check_divisible(name: str, batch_size: int, num_devices: int,
+                    devices: str = 'devices'):
   if batch_size <= 0 or batch_size % num_devices:
     below = max(num_devices, batch_size // num_devices * num_devices)
     above = (batch_size // num_devices + 1) * num_devices
     nearest = f'{below} or {above}' if below != above else f'{above}'
     raise UserError(
-        f'{name} {batch_size} is not divisible by the {num_devices} devices; '
+        f'{name} {batch_size} is not divisible by the {num_devices} {devices}; '
         f'use a multiple of {num_devices}, e.g. {nearest}.')
+
+
+def _batch_divisor(config) -> tuple[int, str]:
+  """What the global batch is split into, and how to name it."""
+  if config.strategy == 'pmap':
+    return jax.device_count(), 'devices'
+  data, fsdp, _ = sharded_strategy.mesh_shape(config.mesh, jax.device_count())
+  # Each process loads its own rows, so they must also divide evenly.
+  return (math.lcm(data * fsdp, jax.process_count()),
+          'batch shards (mesh.data x mesh.fsdp)')
 
 
 def create_model(config: ml_collections.ConfigDict, num_classes: int):
@@ -69,14 +85,23 @@ def _num_train_steps(config, per_epoch: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-  """What a run is built from: data, schedule and the initial (host) state."""
+  """What a run is built from: data, schedule, model, optimizer and seed."""
 
   data: datasets.InMemoryDataset | streaming.StreamingDataset
   steps_per_epoch: int
   num_steps: int
   eval_batch_size: int
   schedule: optax.Schedule
-  state: train_state.TrainState
+  model: nn.Module
+  tx: optax.GradientTransformation
+  rng: jax.Array
+
+  @functools.cached_property
+  def state(self) -> train_state.TrainState:
+    """The initial state, whole on the default device (created on first use;
+    the sharded strategy creates its state in shards instead)."""
+    return train_state.create(self.model, self.tx, self.data.image_shape,
+                              self.rng)
 
 
 def setup(config: ml_collections.ConfigDict) -> Setup:
@@ -84,10 +109,10 @@ def setup(config: ml_collections.ConfigDict) -> Setup:
   if config.strategy not in STRATEGIES:
     raise UserError(f'unknown strategy {config.strategy!r}; choose one of '
                     f'{", ".join(STRATEGIES)}.')
-  num_devices = jax.device_count()
+  divisor, devices = _batch_divisor(config)
   eval_batch_size = config.eval_batch_size or config.batch_size
-  check_divisible('batch_size', config.batch_size, num_devices)
-  check_divisible('eval_batch_size', eval_batch_size, num_devices)
+  check_divisible('batch_size', config.batch_size, divisor, devices)
+  check_divisible('eval_batch_size', eval_batch_size, divisor, devices)
   create_model(config, num_classes=1)  # A bad name fails before data loads.
 
   preprocessing = Preprocessing(config.augment, config.normalize,
@@ -104,9 +129,20 @@ def setup(config: ml_collections.ConfigDict) -> Setup:
   model = create_model(config, data.num_classes)
   schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
   tx = optimizers.create_optimizer(config, schedule)
-  state = train_state.create(model, tx, data.image_shape,
-                             jax.random.PRNGKey(config.seed))
-  return Setup(data, per_epoch, num_steps, eval_batch_size, schedule, state)
+  return Setup(data, per_epoch, num_steps, eval_batch_size, schedule, model,
+               tx, jax.random.PRNGKey(config.seed))
+
+
+def create_strategy(config: ml_collections.ConfigDict, run: Setup):
+  """The strategy `config.strategy` and the initial state placed for it."""
+  if config.strategy == 'sharded':
+    strategy = ShardedStrategy.from_config(config, run.model, run.tx,
+                                           run.data.image_shape)
+    logging.info('Sharded state:\n%s', strategy.describe())
+    return strategy, strategy.create_state(run.rng)
+  parameter_overview.log_parameter_overview(run.state.params)
+  strategy = PmapStrategy()
+  return strategy, strategy.place_state(run.state)
 
 
 def train_steps(strategy, state, batches, first_step: int, last_step: int):
@@ -126,9 +162,7 @@ def train_steps(strategy, state, batches, first_step: int, last_step: int):
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Trains `config.model` on `config.dataset`; returns the final eval metrics."""
   run = setup(config)
-  parameter_overview.log_parameter_overview(run.state.params)
-  strategy = STRATEGIES[config.strategy]()
-  state = strategy.place_state(run.state)
+  strategy, state = create_strategy(config, run)
   num_steps, schedule = run.num_steps, run.schedule
   eval_every = config.eval_every_steps or run.steps_per_epoch
   writer = metric_writers.create_default_writer(

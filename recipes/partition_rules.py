@@ -1,0 +1,187 @@
+"""Partition rules: which mesh axes split each parameter, from the config.
+
+The mesh has the axes ('data', 'fsdp', 'tensor'). Two kinds of rules decide
+where a parameter goes; for each parameter the first rule that matches wins,
+and a parameter that no rule matches is replicated:
+
+1. `config.path_rules`: (regex, spec) pairs, the regex searched in the
+   parameter's path such as 'block0/Dense_0/kernel', the spec one entry per
+   dimension (None, a mesh axis, or a tuple of mesh axes). For models without
+   logical-axis annotations, or to override a few parameters. Checked first.
+2. `config.partition_rules`: Flax logical-axis rules, (logical name, mesh axes)
+   pairs in order, applied to the names a zoo model gives each parameter
+   dimension (see zoo/partitioning.py). Empty means the model's defaults,
+   `zoo.default_rules(config.model)`. As in Flax, a dimension takes the first
+   rule for its name whose mesh axes the array does not use yet.
+
+The same logical rules place activations through the models'
+`nn.with_logical_constraint` calls. The batch is always split over
+('data', 'fsdp'); a 'batch' rule saying so is added when the rules lack one.
+"""
+
+import math
+import re
+from typing import Any, Iterable, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from recipes.errors import UserError
+
+MESH_AXES = ('data', 'fsdp', 'tensor')
+BATCH_AXES = ('data', 'fsdp')
+
+# (logical name, None | mesh axis | tuple of mesh axes), Flax's form.
+LogicalRules = tuple[tuple[str, Any], ...]
+# (regex on the parameter path, one entry per dimension).
+PathRules = tuple[tuple[str, tuple[Any, ...]], ...]
+
+
+def path_str(key_path) -> str:
+  """'block0/Dense_0/kernel' for a pytree key path."""
+  parts = []
+  for key in key_path:
+    for attr in ('key', 'name', 'idx'):
+      if hasattr(key, attr):
+        parts.append(str(getattr(key, attr)))
+        break
+    else:
+      parts.append(str(key))
+  return '/'.join(parts)
+
+
+def _axes(entry) -> tuple[str, ...]:
+  """The mesh axes of one spec entry: None, 'axis' or ('axis', ...)."""
+  if entry is None:
+    return ()
+  return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _check_axes(entry, where: str):
+  for axis in _axes(entry):
+    if axis not in MESH_AXES:
+      raise UserError(f'{where} names mesh axis {axis!r}; the mesh axes are '
+                      f'{", ".join(MESH_AXES)}.')
+
+
+def logical_rules(rules: Iterable, defaults: Iterable = ()) -> LogicalRules:
+  """`rules` checked (or `defaults` when empty), with a 'batch' rule."""
+  rules = tuple(rules) or tuple(defaults)
+  checked = []
+  for rule in rules:
+    if (not isinstance(rule, (tuple, list)) or len(rule) != 2
+        or not isinstance(rule[0], str)):
+      raise UserError(f'partition rule {rule!r} is not a (logical name, mesh '
+                      "axes) pair, e.g. ('mlp', 'tensor').")
+    _check_axes(rule[1], f'partition rule {tuple(rule)!r}')
+    mesh_axes = rule[1] if rule[1] is None or isinstance(rule[1], str) else (
+        tuple(rule[1]))
+    checked.append((rule[0], mesh_axes))
+  if not any(name == 'batch' for name, _ in checked):
+    checked.insert(0, ('batch', BATCH_AXES))
+  return tuple(checked)
+
+
+def path_rules(rules: Iterable) -> PathRules:
+  """The config's regex rules, checked, each spec a tuple."""
+  checked = []
+  for rule in rules:
+    if (not isinstance(rule, (tuple, list)) or len(rule) != 2
+        or not isinstance(rule[0], str)
+        or not isinstance(rule[1], (tuple, list))):
+      raise UserError(f'path rule {rule!r} is not a (regex, spec) pair, e.g. '
+                      "('mlp/kernel$', (None, 'tensor')).")
+    try:
+      re.compile(rule[0])
+    except re.error as e:
+      raise UserError(f'path rule regex {rule[0]!r} is invalid: {e}.') from None
+    for entry in rule[1]:
+      _check_axes(entry, f'path rule {tuple(rule)!r}')
+    checked.append((rule[0], tuple(rule[1])))
+  return tuple(checked)
+
+
+def _trimmed(entries) -> PartitionSpec:
+  # Trailing Nones say nothing: P('fsdp', None) is P('fsdp'), and a
+  # replicated parameter reads P() in the table and in tests.
+  entries = list(entries)
+  while entries and entries[-1] is None:
+    entries.pop()
+  return PartitionSpec(*entries)
+
+
+def _spec_for(path: str, shape: Sequence[int], names, rules: LogicalRules,
+              regexes: PathRules) -> PartitionSpec:
+  for regex, spec in regexes:
+    if re.search(regex, path):
+      if len(spec) > len(shape):
+        raise UserError(f'path rule ({regex!r}, {spec!r}) has {len(spec)} '
+                        f'entries but parameter {path} has shape '
+                        f'{tuple(shape)}; give at most one per dimension.')
+      return _trimmed(spec)
+  if not names or not any(isinstance(n, str) for n in names):
+    return PartitionSpec()  # No annotations: replicated.
+  return _trimmed(nn.logical_to_mesh_axes(tuple(names), rules))
+
+
+def check_divisible(path: str, shape: Sequence[int], spec: PartitionSpec,
+                    mesh_shape: dict[str, int]):
+  """A clear error when a mesh axis size does not divide a dimension."""
+  for dim, entry in enumerate(spec):
+    axes = _axes(entry)
+    size = math.prod(mesh_shape[a] for a in axes)
+    if axes and shape[dim] % size:
+      axis = axes[0] if len(axes) == 1 else axes
+      raise UserError(
+          f'cannot shard parameter {path}: dimension {dim} of its shape '
+          f'{tuple(shape)} has size {shape[dim]}, which mesh axis {axis!r} of '
+          f'size {size} does not divide; change --config.mesh so that it '
+          'does, or map this dimension to another axis or None in '
+          'config.partition_rules / config.path_rules.')
+
+
+def param_specs(params, names, rules: LogicalRules, regexes: PathRules,
+                mesh_shape: dict[str, int]):
+  """A PartitionSpec for each parameter, checked against the mesh sizes.
+
+  `params` holds arrays or shape structs; `names` the same tree with a
+  PartitionSpec of logical names per parameter (`nn.get_partition_spec`).
+  """
+  flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+  name_leaves = treedef.flatten_up_to(names)
+  specs = []
+  for (key_path, leaf), leaf_names in zip(flat, name_leaves):
+    path = path_str(key_path)
+    spec = _spec_for(path, leaf.shape, leaf_names, rules, regexes)
+    check_divisible(path, leaf.shape, spec, mesh_shape)
+    specs.append(spec)
+  return jax.tree.unflatten(treedef, specs)
+
+
+def bytes_per_device(tree, shardings) -> int:
+  """Bytes each device holds of the arrays in `tree` under `shardings`."""
+  return sum(
+      math.prod(s.shard_shape(a.shape)) * np.dtype(a.dtype).itemsize
+      for a, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)))
+
+
+def table(params, shardings: Any) -> str:
+  """One row per parameter: path, shape, PartitionSpec, bytes per device."""
+  rows = [('path', 'shape', 'PartitionSpec', 'bytes/device')]
+  flat = jax.tree_util.tree_leaves_with_path(params)
+  for (key_path, leaf), sharding in zip(flat, jax.tree.leaves(shardings)):
+    assert isinstance(sharding, NamedSharding)
+    rows.append((path_str(key_path), str(tuple(leaf.shape)),
+                 str(sharding.spec), f'{bytes_per_device(leaf, sharding):,}'))
+  total = bytes_per_device(params, shardings)
+  whole = sum(a.size * np.dtype(a.dtype).itemsize
+              for a in jax.tree.leaves(params))
+  rows.append(('total', f'{sum(a.size for a in jax.tree.leaves(params)):,} '
+               'values', f'{whole:,} bytes whole', f'{total:,}'))
+  widths = [max(len(r[i]) for r in rows) for i in range(4)]
+  lines = ['| ' + ' | '.join(c.ljust(w) for c, w in zip(r, widths)) + ' |'
+           for r in rows]
+  lines.insert(1, '|' + '|'.join('-' * (w + 2) for w in widths) + '|')
+  return '\n'.join(lines)
