@@ -67,6 +67,18 @@ def _merged(strategy, metrics_list):
                           (strategy.to_host(m) for m in metrics_list))
 
 
+def _flat_hparams(config, prefix: str = '') -> dict:
+  """Config fields as TensorBoard hparams: dotted names, scalar values."""
+  flat = {}
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      flat.update(_flat_hparams(value, f'{prefix}{key}.'))
+    else:
+      scalar = isinstance(value, (bool, int, float, str))
+      flat[prefix + key] = value if scalar else str(value)
+  return flat
+
+
 def evaluate(strategy, state, data, batch_size: int):
   """Metrics over the whole eval split, each example counted exactly once."""
   batches = data.eval_batches(batch_size=batch_size)
@@ -167,7 +179,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   eval_every = config.eval_every_steps or run.steps_per_epoch
   writer = metric_writers.create_default_writer(
       workdir, just_logging=jax.process_index() > 0)
-  writer.write_hparams(dict(config.items()))
+  writer.write_hparams(_flat_hparams(config))
   logging.info('Training %s on %s: %d steps (%d per epoch), global batch %d '
                'on %d devices.', config.model, config.dataset, num_steps,
                run.steps_per_epoch, config.batch_size, jax.device_count())

@@ -39,14 +39,14 @@ def test_two_processes_equal_one_process(tmp_path):
         sys.executable, '-m', 'recipes.train',
         '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
         f'--config.data_dir={data}', '--config.batch_size=16',
-        '--config.eval_batch_size=16', '--config.num_train_steps=8',
-        '--config.log_every_steps=2', '--config.eval_every_steps=4'])
+        '--config.eval_batch_size=16', '--config.num_train_steps=24',
+        '--config.log_every_steps=4', '--config.eval_every_steps=12'])
     assert result.returncode == 0, result.stdout[-3000:]
     for index in range(processes):  # Every host counts all 20 test images.
       assert f'[{index}] ' in result.stdout
     assert result.stdout.count('over 20 examples') == 2 * processes
     runs[processes] = read_scalars(str(workdir))
-  assert sorted(runs[2]['train/loss']) == [2, 4, 6, 8]
+  assert sorted(runs[2]['train/loss']) == [4, 8, 12, 16, 20, 24]
   for tag in ('train/loss', 'train/accuracy', 'eval/loss', 'eval/accuracy'):
     two, one = runs[2][tag], runs[1][tag]
     assert sorted(two) == sorted(one)
