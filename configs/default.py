@@ -66,6 +66,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.staircase = False
   config.warmup_epochs = 0.0
 
+  # Checkpoints in WORKDIR/checkpoints; a restarted run resumes from the
+  # latest one. 0 = only at the end; -1 = never.
+  config.checkpoint_every_steps = 1000
+  config.keep_checkpoints = 3
+
   config.seed = 0
   config.log_every_steps = 100
   config.eval_every_steps = 0  # 0 = once per epoch.

@@ -21,8 +21,8 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
 import zoo
-from recipes import (datasets, input_pipeline, optimizers, sharded_strategy,
-                     streaming, train_state)
+from recipes import (checkpoints, datasets, input_pipeline, optimizers,
+                     sharded_strategy, streaming, train_state)
 from recipes.errors import UserError
 from recipes.pmap_strategy import PmapStrategy
 from recipes.preprocess import Preprocessing
@@ -171,28 +171,60 @@ def train_steps(strategy, state, batches, first_step: int, last_step: int):
     yield step, state, metrics
 
 
+def _restore_latest(mngr, strategy, state):
+  """The state of the latest checkpoint and its step, or (state, 0)."""
+  restored = checkpoints.restore(mngr, strategy.checkpoint_target(state))
+  if restored is None:
+    return state, 0
+  state = strategy.from_checkpoint(restored)
+  step = int(strategy.to_host(state.step))
+  logging.info('Resuming from the checkpoint of step %d in %s.', step,
+               mngr.directory)
+  return state, step
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
-  """Trains `config.model` on `config.dataset`; returns the final eval metrics."""
+  """Trains `config.model` on `config.dataset`; returns the final eval metrics.
+
+  Resumes from the latest checkpoint in `workdir` if there is one.
+  """
   run = setup(config)
   strategy, state = create_strategy(config, run)
   num_steps, schedule = run.num_steps, run.schedule
   eval_every = config.eval_every_steps or run.steps_per_epoch
+  save_every = config.checkpoint_every_steps
+  mngr = None
+  start_step = 0
+  if save_every >= 0:
+    mngr = checkpoints.manager(workdir, config.keep_checkpoints)
+    state, start_step = _restore_latest(mngr, strategy, state)
   writer = metric_writers.create_default_writer(
       workdir, just_logging=jax.process_index() > 0)
-  writer.write_hparams(_flat_hparams(config))
-  logging.info('Training %s on %s: %d steps (%d per epoch), global batch %d '
-               'on %d devices.', config.model, config.dataset, num_steps,
-               run.steps_per_epoch, config.batch_size, jax.device_count())
+  if start_step == 0:
+    writer.write_hparams(_flat_hparams(config))
+  logging.info('Training %s on %s: steps %d to %d (%d per epoch), global '
+               'batch %d on %d devices.', config.model, config.dataset,
+               start_step + 1, num_steps, run.steps_per_epoch,
+               config.batch_size, jax.device_count())
+
+  def evaluate_and_write(step, state):
+    eval_metrics = evaluate(strategy, state, run.data, run.eval_batch_size)
+    summary = eval_metrics.compute()
+    writer.write_scalars(step, {f'eval/{k}': v for k, v in summary.items()})
+    logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
+                 step, summary['loss'], summary['accuracy'],
+                 eval_metrics.accuracy.count)
+    return summary
 
   batches = strategy.place_batches(run.data.train_batches(
-      batch_size=config.batch_size, seed=config.seed, start_step=0,
+      batch_size=config.batch_size, seed=config.seed, start_step=start_step,
       num_steps=num_steps))
   report_progress = periodic_actions.ReportProgress(
       num_train_steps=num_steps, every_secs=30)
-  pending, last_log = [], (0, time.monotonic())
-  eval_summary = {}
-  for step, state, metrics in train_steps(strategy, state, batches, 1,
-                                          num_steps):
+  pending, last_log = [], (start_step, time.monotonic())
+  eval_summary = None
+  for step, state, metrics in train_steps(strategy, state, batches,
+                                          start_step + 1, num_steps):
     pending.append(metrics)
     report_progress(step)
 
@@ -212,14 +244,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
 
     if step % eval_every == 0 or step == num_steps:
       with report_progress.timed('eval'):
-        eval_metrics = evaluate(strategy, state, run.data,
-                                run.eval_batch_size)
-      eval_summary = eval_metrics.compute()
-      writer.write_scalars(step, {f'eval/{k}': v
-                                  for k, v in eval_summary.items()})
-      logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
-                   step, eval_summary['loss'], eval_summary['accuracy'],
-                   eval_metrics.accuracy.count)
+        eval_summary = evaluate_and_write(step, state)
       last_log = (step, time.monotonic())  # Eval time is not train time.
+
+    if mngr and (step == num_steps or save_every and step % save_every == 0):
+      with report_progress.timed('checkpoint'):
+        checkpoints.save(mngr, step, strategy.to_checkpoint(state))
+      last_log = (step, time.monotonic())
+  if eval_summary is None:  # Resumed from the final checkpoint.
+    eval_summary = evaluate_and_write(num_steps, state)
   writer.flush()
   return eval_summary

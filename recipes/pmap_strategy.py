@@ -11,6 +11,7 @@ from typing import Iterable, Iterator
 import jax
 import numpy as np
 from flax import jax_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from recipes import steps
 
@@ -40,6 +41,33 @@ class PmapStrategy:
     # `x[0]` would gather across all processes; the local shard is enough.
     return jax.tree.map(lambda x: np.asarray(x.addressable_shards[0].data)[0],
                         tree)
+
+  # Checkpoints hold one copy of the state as global arrays, replicated over
+  # every device of every process, so that all processes write them together
+  # and any strategy or device count can read them back.
+
+  @staticmethod
+  def _replicated_everywhere():
+    return NamedSharding(Mesh(np.array(jax.devices()), ('devices',)),
+                         PartitionSpec())
+
+  def to_checkpoint(self, state):
+    sharding = self._replicated_everywhere()
+    return jax.tree.map(
+        lambda x: jax.make_array_from_single_device_arrays(
+            x.shape[1:], sharding,
+            [s.data.reshape(x.shape[1:]) for s in x.addressable_shards]),
+        state)
+
+  def checkpoint_target(self, state):
+    sharding = self._replicated_everywhere()
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype, sharding=sharding),
+        state)
+
+  def from_checkpoint(self, restored):
+    return self.place_state(
+        jax.tree.map(lambda x: x.addressable_shards[0].data, restored))
 
   def place_batches(self, batches: Iterable[dict]) -> Iterator[dict]:
     def split(x):

@@ -45,6 +45,8 @@ def test_two_processes_equal_one_process(tmp_path):
     for index in range(processes):  # Every host counts all 20 test images.
       assert f'[{index}] ' in result.stdout
     assert result.stdout.count('over 20 examples') == 2 * processes
+    # Every process took part in writing the final checkpoint.
+    assert os.listdir(workdir / 'checkpoints') == ['24']
     runs[processes] = read_scalars(str(workdir))
   assert sorted(runs[2]['train/loss']) == [4, 8, 12, 16, 20, 24]
   for tag in ('train/loss', 'train/accuracy', 'eval/loss', 'eval/accuracy'):

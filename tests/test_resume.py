@@ -1,0 +1,69 @@
+"""Checkpoints in the loop: a restarted run resumes and ends where an
+uninterrupted one does."""
+
+import logging
+
+import jax
+import numpy as np
+import pytest
+
+from recipes import checkpoints, loop
+from tests.helpers import tiny_config, write_fashion_mnist
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp('data')
+  write_fashion_mnist(str(path), num_train=64, num_test=16)
+  return str(path)
+
+
+def _run(data_dir, workdir, num_steps, strategy='pmap'):
+  config = tiny_config(dataset='fashion_mnist_idx', data_dir=data_dir,
+                       num_train_steps=num_steps, strategy=strategy,
+                       checkpoint_every_steps=3, log_every_steps=2,
+                       eval_every_steps=4)
+  return loop.train_and_evaluate(config, str(workdir))
+
+
+def _latest_params(workdir):
+  mngr = checkpoints.manager(str(workdir))
+  step = mngr.latest_step()
+  restored = mngr.restore(step)
+  return step, jax.tree.map(np.asarray, restored['params'])
+
+
+@pytest.mark.parametrize('strategy', ['pmap', 'sharded'])
+def test_restart_resumes_and_matches_an_uninterrupted_run(
+    data_dir, tmp_path, caplog, strategy):
+  _run(data_dir, tmp_path / 'straight', 8, strategy)
+  _run(data_dir, tmp_path / 'restarted', 5, strategy)  # Saves at 3 and 5.
+  assert checkpoints.manager(str(tmp_path / 'restarted')).all_steps() == [3, 5]
+  with caplog.at_level(logging.INFO):
+    _run(data_dir, tmp_path / 'restarted', 8, strategy)
+  assert 'Resuming from the checkpoint of step 5' in caplog.text
+  step, straight = _latest_params(tmp_path / 'straight')
+  resumed_step, resumed = _latest_params(tmp_path / 'restarted')
+  assert step == resumed_step == 8
+  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(a, b)  # Bitwise: same data, same steps.
+
+
+def test_a_pmap_checkpoint_resumes_under_the_sharded_recipe(data_dir,
+                                                            tmp_path):
+  _run(data_dir, tmp_path / 'pmap', 8, 'pmap')
+  _run(data_dir, tmp_path / 'mixed', 5, 'pmap')
+  summary = _run(data_dir, tmp_path / 'mixed', 8, 'sharded')
+  assert np.isfinite(summary['loss'])
+  _, expected = _latest_params(tmp_path / 'pmap')
+  _, got = _latest_params(tmp_path / 'mixed')
+  for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_finished_run_only_evaluates(data_dir, tmp_path):
+  first = _run(data_dir, tmp_path / 'done', 4)
+  again = _run(data_dir, tmp_path / 'done', 4)
+  assert checkpoints.manager(str(tmp_path / 'done')).all_steps() == [3, 4]
+  np.testing.assert_allclose(again['accuracy'], first['accuracy'])
+  np.testing.assert_allclose(again['loss'], first['loss'], rtol=1e-6)
