@@ -1,9 +1,12 @@
-"""Small builders shared by the tests: configs, states, IDX files."""
+"""Small builders shared by the tests: configs, models, IDX files, scalars."""
 
 import glob
 import gzip
 import os
+from typing import Any
 
+import flax.linen as nn
+import jax.numpy as jnp
 import numpy as np
 import tensorflow as tf
 
@@ -49,3 +52,16 @@ def read_scalars(workdir):
           number = float(tf.make_ndarray(value.tensor))
           found.setdefault(value.tag, {})[event.step] = number
   return found
+
+
+class BatchNormNet(nn.Module):
+  """A tiny model with batch-norm statistics (momentum 0: the last batch's)."""
+
+  num_classes: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.Dense(16)(x.reshape((x.shape[0], -1)))
+    x = nn.BatchNorm(use_running_average=not train, momentum=0.0)(x)
+    return nn.Dense(self.num_classes)(nn.relu(x))

@@ -1,15 +1,11 @@
-from typing import Any
-
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 from recipes import loop, optimizers, train_state
 from recipes.pmap_strategy import PmapStrategy
-from tests.helpers import tiny_config
+from tests.helpers import BatchNormNet, tiny_config
 
 
 def _replicated_state(config, strategy):
@@ -68,21 +64,8 @@ def test_metrics_cover_the_global_batch(strategy):
   np.testing.assert_allclose(metrics.compute()['accuracy'], expected)
 
 
-class _BatchNormNet(nn.Module):
-  """A test model with batch-norm statistics."""
-
-  num_classes: int
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x, train: bool = False):
-    x = nn.Dense(16)(x.reshape((x.shape[0], -1)))
-    x = nn.BatchNorm(use_running_average=not train, momentum=0.0)(x)
-    return nn.Dense(self.num_classes)(nn.relu(x))
-
-
 def test_batch_norm_statistics_are_averaged_across_devices(strategy):
-  model = _BatchNormNet(num_classes=10)
+  model = BatchNormNet(num_classes=10)
   tx = optax.sgd(0.0)  # Parameters stay put: only the statistics change.
   state = train_state.create(model, tx, (28, 28, 1), jax.random.PRNGKey(0))
   assert state.batch_stats

@@ -1,7 +1,5 @@
 """The sharded strategy on 8 simulated devices: shards, layouts, BN, eval."""
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -11,6 +9,7 @@ import pytest
 
 import zoo
 from recipes.sharded_strategy import ShardedStrategy, make_mesh
+from tests.helpers import BatchNormNet
 
 DP = dict(data=-1, fsdp=1, tensor=1)
 LAYOUTS = {
@@ -113,19 +112,8 @@ def test_tensor_parallel_by_path_rules_computes_what_data_parallel_does():
   _assert_close(tp.to_host(tp_state.params), dp.to_host(dp_state.params))
 
 
-class _BatchNormNet(nn.Module):
-  num_classes: int
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x, train: bool = False):
-    x = nn.Dense(16)(x.reshape((x.shape[0], -1)))
-    x = nn.BatchNorm(use_running_average=not train, momentum=0.0)(x)
-    return nn.Dense(self.num_classes)(nn.relu(x))
-
-
 def test_batch_norm_statistics_cover_the_global_batch():
-  model = _BatchNormNet(num_classes=10)
+  model = BatchNormNet(num_classes=10)
   strategy = ShardedStrategy(make_mesh(dict(data=2, fsdp=2, tensor=2)), model,
                              optax.sgd(0.0), (28, 28, 1))
   state = strategy.create_state(jax.random.PRNGKey(0))
