@@ -202,10 +202,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
       workdir, just_logging=jax.process_index() > 0)
   if start_step == 0:
     writer.write_hparams(_flat_hparams(config))
-  logging.info('Training %s on %s: steps %d to %d (%d per epoch), global '
-               'batch %d on %d devices.', config.model, config.dataset,
-               start_step + 1, num_steps, run.steps_per_epoch,
-               config.batch_size, jax.device_count())
+  if start_step < num_steps:
+    logging.info('Training %s on %s: steps %d to %d (%d per epoch), global '
+                 'batch %d on %d devices.', config.model, config.dataset,
+                 start_step + 1, num_steps, run.steps_per_epoch,
+                 config.batch_size, jax.device_count())
+  else:
+    logging.info('Training already finished at step %d; evaluating only.',
+                 start_step)
 
   def evaluate_and_write(step, state):
     eval_metrics = evaluate(strategy, state, run.data, run.eval_batch_size)

@@ -5,6 +5,7 @@ fields are rejected. Mistakes in the input end the run with one line saying
 what was wrong and what to do (details in the log at debug level).
 """
 
+import logging as logging_lib
 import os
 import sys
 
@@ -35,6 +36,14 @@ def _one_line(error: BaseException) -> str:
   if len(text) > 1 and text[0] == text[-1] == "'":
     text = text[1:-1]
   return ' '.join(text.split())
+
+
+class _OnlyWarningsFromLibraries(logging_lib.Filter):
+  """Orbax logs every checkpoint read and write at INFO; keep its warnings."""
+
+  def filter(self, record):
+    return record.levelno >= logging_lib.WARNING or (
+        f'{os.sep}orbax{os.sep}' not in record.pathname)
 
 
 def _hide_accelerators_from_tensorflow():
@@ -86,6 +95,7 @@ def _parse_flags(argv):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.get_absl_handler().addFilter(_OnlyWarningsFromLibraries())
   config = _CONFIG.value
   try:
     config.keys()  # A config file that failed to load raises its error here.
