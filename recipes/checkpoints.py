@@ -12,8 +12,12 @@ the processes that hold them.
 
 import os
 
+import jax
 import orbax.checkpoint as ocp
+from absl import logging
+from jax.experimental import multihost_utils
 
+from recipes.errors import UserError
 from recipes.train_state import TrainState
 
 
@@ -21,6 +25,7 @@ def manager(workdir: str, max_to_keep: int | None = 3) -> ocp.CheckpointManager:
   """Manages the numbered checkpoints in `workdir`/checkpoints."""
   return ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), 'checkpoints'),
+      item_handlers=ocp.StandardCheckpointHandler(),
       options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
                                            create=True))
 
@@ -41,3 +46,65 @@ def restore(mngr: ocp.CheckpointManager, target: TrainState,
   if step is None:
     return None
   return mngr.restore(step, args=ocp.args.StandardRestore(target))
+
+
+def _shapes(tree) -> dict[str, tuple[int, ...]]:
+  """{'params/Conv_0/kernel': shape, ...} for a state or its saved metadata."""
+
+  def name(key):
+    for field in ('key', 'name', 'idx'):
+      if hasattr(key, field):
+        return str(getattr(key, field))
+    return str(key)
+
+  return {'/'.join(name(k) for k in path): tuple(leaf.shape)
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _check_fits(saved: dict, wanted: dict, where: str):
+  """A UserError naming the first array the checkpoint does not fit."""
+  for name in list(wanted) + [n for n in saved if n not in wanted]:
+    if saved.get(name) != wanted.get(name):
+      there = f'shape {saved[name]}' if name in saved else 'missing'
+      here = f'shape {wanted[name]}' if name in wanted else 'missing'
+      raise UserError(
+          f'the checkpoint {where} does not fit this run: {name} is {there} '
+          f'there and {here} here (another model, size or optimizer?). '
+          'Use another --workdir, or move its checkpoints away to start '
+          'afresh.')
+
+
+def _set_aside(mngr: ocp.CheckpointManager, step: int):
+  """Renames an unreadable checkpoint so the run can write that step again."""
+  path = os.path.join(str(mngr.directory), str(step))
+  if jax.process_index() == 0:
+    os.replace(path, f'{path}.unreadable')
+  multihost_utils.sync_global_devices(f'set aside checkpoint {step}')
+  mngr.reload()
+
+
+def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
+  """(state, step) from the latest readable checkpoint, or (None, 0).
+
+  A checkpoint that cannot be read (truncated files, missing metadata) is set
+  aside with a warning and the one before it is tried. One written for another
+  model or optimizer is a UserError: it is kept and nothing is overwritten.
+  """
+  wanted = _shapes(target)
+  for step in sorted(mngr.all_steps(), reverse=True):
+    where = os.path.join(str(mngr.directory), str(step))
+    try:
+      saved = _shapes(mngr.item_metadata(step))
+    except Exception as e:  # pylint: disable=broad-except
+      saved, error = None, e
+    if saved is not None:
+      _check_fits(saved, wanted, where)
+      try:
+        return mngr.restore(step, args=ocp.args.StandardRestore(target)), step
+      except Exception as e:  # pylint: disable=broad-except
+        error = e
+    logging.warning('Checkpoint %s cannot be read (%s: %s); setting it aside '
+                    'as %s.unreadable and trying the one before.', where,
+                    type(error).__name__, str(error)[:200], where)
+    _set_aside(mngr, step)
+  return None, 0

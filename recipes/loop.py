@@ -173,7 +173,8 @@ def train_steps(strategy, state, batches, first_step: int, last_step: int):
 
 def _restore_latest(mngr, strategy, state):
   """The state of the latest checkpoint and its step, or (state, 0)."""
-  restored = checkpoints.restore(mngr, strategy.checkpoint_target(state))
+  restored, _ = checkpoints.restore_latest(
+      mngr, strategy.checkpoint_target(state))
   if restored is None:
     return state, 0
   state = strategy.from_checkpoint(restored)

@@ -2,12 +2,14 @@
 uninterrupted one does."""
 
 import logging
+import os
 
 import jax
 import numpy as np
 import pytest
 
 from recipes import checkpoints, loop
+from recipes.errors import UserError
 from tests.helpers import tiny_config, write_fashion_mnist
 
 
@@ -18,9 +20,10 @@ def data_dir(tmp_path_factory):
   return str(path)
 
 
-def _run(data_dir, workdir, num_steps, strategy='pmap'):
+def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn'):
   config = tiny_config(dataset='fashion_mnist_idx', data_dir=data_dir,
                        num_train_steps=num_steps, strategy=strategy,
+                       model=model,
                        checkpoint_every_steps=3, log_every_steps=2,
                        eval_every_steps=4)
   return loop.train_and_evaluate(config, str(workdir))
@@ -67,3 +70,38 @@ def test_a_finished_run_only_evaluates(data_dir, tmp_path):
   assert checkpoints.manager(str(tmp_path / 'done')).all_steps() == [3, 4]
   np.testing.assert_allclose(again['accuracy'], first['accuracy'])
   np.testing.assert_allclose(again['loss'], first['loss'], rtol=1e-6)
+
+
+def _files(path):
+  return sorted((os.path.join(root, f), os.path.getsize(os.path.join(root, f)))
+                for root, _, files in os.walk(path) for f in files)
+
+
+def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
+                                                      caplog):
+  _run(data_dir, tmp_path / 'straight', 8)
+  _run(data_dir, tmp_path / 'broken', 5)
+  latest = tmp_path / 'broken' / 'checkpoints' / '5'
+  for path, size in _files(latest):  # Every file cut in half.
+    with open(path, 'r+b') as f:
+      f.truncate(size // 2)
+  with caplog.at_level(logging.INFO):
+    _run(data_dir, tmp_path / 'broken', 8)
+  assert f'Checkpoint {latest} cannot be read' in caplog.text
+  assert 'Resuming from the checkpoint of step 3' in caplog.text
+  assert (tmp_path / 'broken' / 'checkpoints' / '5.unreadable').is_dir()
+  _, straight = _latest_params(tmp_path / 'straight')
+  _, resumed = _latest_params(tmp_path / 'broken')
+  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_of_another_model_is_an_error_and_is_kept(data_dir,
+                                                               tmp_path):
+  _run(data_dir, tmp_path, 3, model='cnn')
+  before = _files(tmp_path / 'checkpoints')
+  with pytest.raises(UserError, match=(
+      r'does not fit this run: params/Dense_0/bias is shape \(256,\) there '
+      r'and shape \(512,\) here')):
+    _run(data_dir, tmp_path, 6, model='mlp')
+  assert _files(tmp_path / 'checkpoints') == before
