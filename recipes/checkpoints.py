@@ -100,7 +100,7 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
     if saved is not None:
       _check_fits(saved, wanted, where)
       try:
-        return mngr.restore(step, args=ocp.args.StandardRestore(target)), step
+        return restore(mngr, target, step), step
       except Exception as e:  # pylint: disable=broad-except
         error = e
     logging.warning('Checkpoint %s cannot be read (%s: %s); setting it aside '

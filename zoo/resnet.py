@@ -20,14 +20,18 @@ from zoo.partitioning import CONV_RULES, IMAGE
 from zoo.registry import register
 
 
-class BasicBlock(nn.Module):
-  """Two 3x3 convs; used by ResNet-18/34 and the CIFAR nets."""
+class _ResidualBlock(nn.Module):
+  """What every residual block is built from."""
 
   features: int
   strides: int
   conv: Callable[..., nn.Module]
   norm: Callable[..., nn.Module]
   zero_init_last_bn: bool
+
+
+class BasicBlock(_ResidualBlock):
+  """Two 3x3 convs; used by ResNet-18/34 and the CIFAR nets."""
 
   @nn.compact
   def __call__(self, x):
@@ -38,14 +42,8 @@ class BasicBlock(nn.Module):
     return nn.relu(_shortcut(self, x, y) + y)
 
 
-class Bottleneck(nn.Module):
+class Bottleneck(_ResidualBlock):
   """1x1 reduce, 3x3 (strided: v1.5), 1x1 expand to 4x `features`."""
-
-  features: int
-  strides: int
-  conv: Callable[..., nn.Module]
-  norm: Callable[..., nn.Module]
-  zero_init_last_bn: bool
 
   @nn.compact
   def __call__(self, x):
