@@ -39,3 +39,10 @@ def initialize(requested: bool):
     return
   logging.info('jax.distributed initialized: process %d of %d.',
                jax.process_index(), jax.process_count())
+
+
+def process_slice(batch_size: int) -> tuple[int, int]:
+  """[start, stop) of this process's examples within each global batch."""
+  local = batch_size // jax.process_count()
+  start = jax.process_index() * local
+  return start, start + local

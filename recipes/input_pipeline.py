@@ -20,10 +20,10 @@ evaluation. Placing them on devices is the strategy's job.
 import math
 from typing import Iterator
 
-import jax
 import numpy as np
 import tensorflow as tf
 
+from recipes.distributed import process_slice
 from recipes.preprocess import Preprocessing
 
 Batch = dict[str, np.ndarray]
@@ -35,13 +35,6 @@ def steps_per_epoch(num_examples: int, batch_size: int) -> int:
 
 def num_eval_steps(num_examples: int, batch_size: int) -> int:
   return math.ceil(num_examples / batch_size)
-
-
-def process_slice(batch_size: int) -> tuple[int, int]:
-  """[start, stop) of this process's examples within each global batch."""
-  local = batch_size // jax.process_count()
-  start = jax.process_index() * local
-  return start, start + local
 
 
 def as_numpy(ds: tf.data.Dataset) -> Iterator[Batch]:

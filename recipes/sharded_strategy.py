@@ -30,7 +30,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 import zoo
-from recipes import input_pipeline, partition_rules, steps, train_state
+from recipes import partition_rules, steps, train_state
+from recipes.distributed import process_slice
 from recipes.errors import UserError
 from recipes.partition_rules import BATCH_AXES, MESH_AXES
 
@@ -208,7 +209,7 @@ class ShardedStrategy:
     for index in self.batch_sharding.addressable_devices_indices_map(
         (global_size,)).values():
       rows.update(range(*index[0].indices(global_size)))
-    start, stop = input_pipeline.process_slice(global_size)
+    start, stop = process_slice(global_size)
     if rows != set(range(start, stop)):
       raise UserError(
           f'with {jax.process_count()} processes the mesh must split each '
