@@ -1,0 +1,382 @@
+"""Times the recipes' real training step on synthetic data: images/s, TFLOP/s, MFU.
+
+    python -m recipes.bench --model=resnet50 --batch_size=256 --strategy=sharded \
+        --dtype=bfloat16 --devices=1 --steps=20 --json=/tmp/r50.json
+
+Strategies: `jit` is a bare single-device `jax.jit` of `steps.train_step`
+with the state donated, the reference for the recipes' own overhead; `pmap`
+runs `PmapStrategy`'s step on the state it replicates; `sharded` runs
+`ShardedStrategy`'s on a mesh (`--mesh`, default pure data parallel) with
+the model's default rules. `--devices` picks the first N local devices
+(default: all for pmap and sharded, one for jit).
+
+One random batch is made on the host and put on the devices once, then
+reused: the step is timed, not the host. The first call (tracing, compiling
+and one step) is reported as the compile time; `--warmup` more steps are
+run untimed, then each of `--steps` steps is timed to `block_until_ready`.
+
+This path imports neither TensorFlow nor TFDS nor ml_collections, so it runs
+where only jax, flax, optax (and clu, for the step's metrics) are installed.
+`--input_only` instead measures the tf.data input pipeline
+(recipes/bench_input.py), which does need TensorFlow.
+"""
+
+import argparse
+import ast
+import collections
+import dataclasses
+import functools
+import glob
+import gzip
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import jax_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import zoo
+from recipes import steps, train_state
+from recipes.errors import UserError
+from recipes.pmap_strategy import PmapStrategy
+from recipes.sharded_strategy import ShardedStrategy, make_mesh
+
+STRATEGIES = ('jit', 'pmap', 'sharded')
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+# Dense bfloat16 peak TFLOP/s of one device, matched in order on the lower-case
+# jax `device_kind` (TPU v5e reports 'TPU v5 lite', v5p 'TPU v5', v6e
+# 'TPU v6 lite'). MFU is always taken against these, whatever --dtype.
+PEAK_TFLOPS = (
+    ('h100', 989.0), ('h200', 989.0), ('a100', 312.0),
+    ('v5 lite', 197.0), ('v5e', 197.0), ('v5p', 459.0), ('tpu v5', 459.0),
+    ('v6 lite', 918.0), ('v6e', 918.0), ('tpu v4', 275.0),
+)
+
+
+def peak_tflops(device_kind: str) -> float | None:
+  kind = device_kind.lower()
+  return next((peak for key, peak in PEAK_TFLOPS if key in kind), None)
+
+
+def parse_model_kwargs(text: str) -> dict[str, Any]:
+  """'patch_size=4,attention_impl=cudnn' -> {'patch_size': 4, ...}."""
+  kwargs = {}
+  for item in filter(None, (s.strip() for s in text.split(','))):
+    key, sep, value = item.partition('=')
+    if not sep:
+      raise UserError(f'bad --model_kwargs item {item!r}; write key=value, '
+                      'separated by commas.')
+    try:
+      kwargs[key.strip()] = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+      kwargs[key.strip()] = value.strip()  # A bare string such as cudnn.
+  return kwargs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog='python -m recipes.bench',
+                              description=__doc__.split('\n')[0])
+  p.add_argument('--model', default='cnn', help='a name from zoo.list_models()')
+  p.add_argument('--batch_size', type=int, default=128, help='global batch')
+  p.add_argument('--strategy', choices=STRATEGIES, default='jit')
+  p.add_argument('--dtype', choices=tuple(DTYPES), default='float32',
+                 help='computation dtype; parameters stay float32')
+  p.add_argument('--steps', type=int, default=20, help='timed steps')
+  p.add_argument('--warmup', type=int, default=2,
+                 help='untimed steps after the compiling first call')
+  p.add_argument('--devices', type=int, default=None,
+                 help='use the first N local devices (jit: 1)')
+  p.add_argument('--mesh', default='-1,1,1',
+                 help='sharded: sizes of the data,fsdp,tensor mesh axes')
+  p.add_argument('--num_classes', type=int, default=None,
+                 help='default: the model\'s registered number')
+  p.add_argument('--model_kwargs', default='',
+                 help='extra zoo.create arguments, e.g. patch_size=4,'
+                      'image_size=32')
+  p.add_argument('--attention_impl', default=None,
+                 help='ViTs: jax.nn.dot_product_attention implementation '
+                      '(xla, cudnn)')
+  p.add_argument('--seed', type=int, default=0)
+  p.add_argument('--json', default=None, help='write the results here')
+  p.add_argument('--profile', default=None,
+                 help='after timing, trace one step into this directory '
+                      '(jax.profiler) and print its largest ops')
+  p.add_argument('--input_only', action='store_true',
+                 help='measure the tf.data input pipeline instead '
+                      '(recipes/bench_input.py; needs TensorFlow)')
+  p.add_argument('--input_examples', type=int, default=50_000,
+                 help='--input_only: examples in each synthetic split')
+  p.add_argument('--input_batches', type=int, default=300,
+                 help='--input_only: timed batches of each pipeline')
+  args = p.parse_args(argv)
+  if min(args.steps, args.batch_size, args.input_batches) < 1 or args.warmup < 0:
+    p.error('--steps, --batch_size and --input_batches must be positive, '
+            '--warmup at least 0')
+  return args
+
+
+def log(message: str):
+  print(message, file=sys.stderr, flush=True)
+
+
+def create_model(args) -> tuple[Any, dict[str, Any]]:
+  """The model and the zoo.create keyword arguments beyond the dtype."""
+  kwargs = parse_model_kwargs(args.model_kwargs)
+  if args.attention_impl:
+    kwargs['attention_impl'] = args.attention_impl
+  if args.num_classes:
+    kwargs['num_classes'] = args.num_classes
+  try:
+    return zoo.create(args.model, dtype=DTYPES[args.dtype], **kwargs), kwargs
+  except (TypeError, ValueError) as e:
+    raise UserError(str(e)) from None
+
+
+def image_shape(name: str, kwargs: dict[str, Any]) -> tuple[int, ...]:
+  shape = zoo.input_shape(name)
+  if 'image_size' in kwargs:  # E.g. a ViT at another resolution.
+    return (kwargs['image_size'], kwargs['image_size'], *shape[2:])
+  return shape
+
+
+def forward_flops_per_image(name: str, shape, kwargs) -> int:
+  # The zoo's count from the traced forward pass, not XLA's compiled cost
+  # analysis: on GPU that misses convolutions and attention that become
+  # library calls. cuDNN attention is one opaque call in the trace too, so
+  # count the same math with the default (einsum) attention.
+  kwargs = {k: v for k, v in kwargs.items() if k != 'attention_impl'}
+  return round(zoo.model_info(name, shape, **kwargs).gflops * 1e9)
+
+
+def select_devices(args) -> list:
+  local = jax.local_devices()
+  count = args.devices or (1 if args.strategy == 'jit' else len(local))
+  if args.strategy == 'jit' and count != 1:
+    raise UserError(f'--strategy=jit runs on one device, not {count}; use '
+                    'pmap or sharded for more.')
+  if not 1 <= count <= len(local):
+    raise UserError(f'--devices={count}, but there are {len(local)} local '
+                    'devices.')
+  return local[:count]
+
+
+def _mesh_sizes(text: str) -> dict[str, int]:
+  try:
+    data, fsdp, tensor = (int(s) for s in text.split(','))
+  except ValueError:
+    raise UserError(f'bad --mesh {text!r}; give three sizes data,fsdp,tensor '
+                    '(one may be -1), e.g. -1,1,1.') from None
+  return dict(data=data, fsdp=fsdp, tensor=tensor)
+
+
+@dataclasses.dataclass
+class Setup:
+  """What the timing loop needs: a step, its inputs, a way to read metrics."""
+  step: Callable
+  state: Any
+  batch: dict
+  to_host: Callable
+  batch_shards: int  # How many ways the batch is split.
+
+
+def _jit(model, tx, shape, devices, batch, rng) -> Setup:
+  step = jax.jit(functools.partial(steps.train_step, axis_name=None),
+                 donate_argnums=(0,))
+  with jax.default_device(devices[0]):
+    state = train_state.create(model, tx, shape, rng)
+  return Setup(step, state, jax.device_put(batch, devices[0]), jax.device_get,
+               1)
+
+
+def _pmap(model, tx, shape, devices, batch, rng) -> Setup:
+  strategy = PmapStrategy()
+  state = train_state.create(model, tx, shape, rng)
+  if len(devices) == strategy.num_local_devices:
+    state = strategy.place_state(state)
+  else:  # The pmapped step runs on as many devices as its inputs span.
+    state = jax_utils.replicate(state, devices=devices)
+  # As prefetch_to_device places them: [devices, per_device, ...], split.
+  split = NamedSharding(Mesh(np.array(devices), ('devices',)),
+                        PartitionSpec('devices'))
+  batch = jax.tree.map(
+      lambda x: jax.device_put(
+          x.reshape(len(devices), -1, *x.shape[1:]), split), batch)
+  return Setup(strategy.train_step, state, batch, strategy.to_host,
+               len(devices))
+
+
+def _sharded(model, tx, shape, devices, batch, rng, name, mesh) -> Setup:
+  mesh = make_mesh(_mesh_sizes(mesh), devices)
+  shards = mesh.shape['data'] * mesh.shape['fsdp']
+  check_divisible(len(batch['label']), shards, 'batch shards (data x fsdp)')
+  strategy = ShardedStrategy(mesh, model, tx, shape,
+                             rules=zoo.default_rules(name))
+  return Setup(strategy.train_step, strategy.create_state(rng),
+               next(strategy.place_batches([batch])), strategy.to_host, shards)
+
+
+def check_divisible(batch_size: int, parts: int, what: str):
+  if batch_size % parts:
+    raise UserError(f'batch_size {batch_size} is not divisible by the {parts} '
+                    f'{what}; use a multiple of {parts}.')
+
+
+def time_steps(setup: Setup, warmup: int, num_steps: int):
+  """(first call's seconds, each timed step's seconds, final state, metrics)."""
+  state = setup.state
+  start = time.perf_counter()
+  state, metrics = setup.step(state, setup.batch)
+  jax.block_until_ready((state, metrics))
+  first = time.perf_counter() - start
+  for _ in range(warmup):
+    state, metrics = setup.step(state, setup.batch)
+  jax.block_until_ready((state, metrics))
+  times = []
+  for _ in range(num_steps):
+    start = time.perf_counter()
+    state, metrics = setup.step(state, setup.batch)
+    jax.block_until_ready((state, metrics))
+    times.append(time.perf_counter() - start)
+  return first, times, state, metrics
+
+
+def peak_memory_bytes(devices) -> int | None:
+  """The largest peak of bytes in use over `devices`; None if unreported."""
+  peaks = [(d.memory_stats() or {}).get('peak_bytes_in_use')
+           for d in devices]
+  peaks = [p for p in peaks if p is not None]
+  return max(peaks) if peaks else None
+
+
+def profile_one_step(setup: Setup, state, directory: str) -> str:
+  """Traces one step into `directory`; returns a table of its largest ops."""
+  with jax.profiler.trace(directory, create_perfetto_trace=True):
+    with jax.profiler.StepTraceAnnotation('train', step_num=0):
+      state, metrics = setup.step(state, setup.batch)
+    jax.block_until_ready((state, metrics))
+  traces = sorted(glob.glob(os.path.join(directory, '**',
+                                         'perfetto_trace.json.gz'),
+                            recursive=True), key=os.path.getmtime)
+  return largest_ops(traces[-1]) if traces else 'no perfetto trace written'
+
+
+def largest_ops(path: str, top: int = 15) -> str:
+  """Total time per op name in a perfetto trace, device ops if there are any."""
+  with gzip.open(path) as f:
+    trace = json.load(f)
+  events = trace['traceEvents'] if isinstance(trace, dict) else trace
+  process = {e['pid']: e['args']['name'] for e in events
+             if e.get('ph') == 'M' and e.get('name') == 'process_name'}
+  device = {pid for pid, name in process.items()
+            if name.startswith('/device:')}
+  totals = collections.Counter()
+  for e in events:
+    if (e.get('ph') == 'X' and (not device or e['pid'] in device)
+        and not e['name'].startswith('$')):  # '$file.py:line': Python frames.
+      totals[e['name']] += e.get('dur', 0)
+  where = 'device' if device else 'host'
+  lines = [f'largest {where} ops of one step (total microseconds):']
+  lines += [f'{us:12.1f}  {name[:100]}' for name, us in totals.most_common(top)]
+  return '\n'.join(lines)
+
+
+def _fmt(value, spec: str, none: str = '-') -> str:
+  return none if value is None else format(value, spec)
+
+
+def table(r: dict) -> str:
+  header = ('| model | strategy | devices | dtype | batch | compile s | '
+            'step ms median / p90 | images/s | TFLOP/s | MFU | peak memory |')
+  mem = r['peak_memory_bytes']
+  row = (f"| {r['model']} | {r['strategy']} | {r['devices']} | {r['dtype']} "
+         f"| {r['batch_size']} | {r['compile_time_s']:.2f} "
+         f"| {r['step_time_median_s'] * 1e3:.2f} / "
+         f"{r['step_time_p90_s'] * 1e3:.2f} "
+         f"| {r['images_per_sec']:,.0f} | {r['tflops_per_sec']:.3f} "
+         f"| {_fmt(r['mfu'], '.1%')} "
+         f"| {_fmt(mem and mem / 2**30, '.2f')}{' GiB' if mem else ''} |")
+  return f"{header}\n|{'---|' * 11}\n{row}"
+
+
+def run(args) -> dict:
+  """Benchmarks the train step as `args` say; returns the results."""
+  model, kwargs = create_model(args)
+  shape = image_shape(args.model, kwargs)
+  devices = select_devices(args)
+  if args.strategy == 'pmap':
+    check_divisible(args.batch_size, len(devices), 'devices')
+  rng = np.random.default_rng(args.seed)
+  batch = {'image': rng.standard_normal((args.batch_size, *shape),
+                                        np.float32),
+           'label': rng.integers(0, model.num_classes, args.batch_size,
+                                 dtype=np.int32)}
+  # The recipes' usual optimizer; its cost is part of the step.
+  tx = optax.sgd(0.1, momentum=0.9)
+  prepare = {'jit': _jit, 'pmap': _pmap,
+             'sharded': functools.partial(_sharded, name=args.model,
+                                          mesh=args.mesh)}[args.strategy]
+  log(f'{args.model} {args.dtype}, batch {args.batch_size}, {args.strategy} '
+       f'on {len(devices)} {devices[0].platform} device(s) '
+       f'({devices[0].device_kind}); compiling...')
+  setup = prepare(model, tx, shape, devices, batch,
+                  jax.random.PRNGKey(args.seed))
+  first, times, state, metrics = time_steps(setup, args.warmup, args.steps)
+  log(f'first call {first:.2f} s; timed {args.steps} steps.')
+  loss = float(setup.to_host(metrics).compute()['loss'])
+
+  median = float(np.median(times))
+  # A training step costs about 3 forward passes (forward, plus the backward
+  # pass's gradients with respect to activations and to weights).
+  flops = 3 * forward_flops_per_image(args.model, shape, kwargs) * \
+      args.batch_size
+  peak = peak_tflops(devices[0].device_kind)
+  achieved = flops / median / 1e12
+  result = {
+      'model': args.model, 'model_kwargs': kwargs,
+      'strategy': args.strategy, 'dtype': args.dtype,
+      'batch_size': args.batch_size, 'devices': len(devices),
+      'batch_shards': setup.batch_shards,
+      'platform': devices[0].platform, 'device_kind': devices[0].device_kind,
+      'jax_version': jax.__version__, 'steps': args.steps,
+      'warmup_steps': args.warmup,
+      'compile_time_s': first,
+      'step_time_median_s': median,
+      'step_time_p90_s': float(np.percentile(times, 90)),
+      'images_per_sec': args.batch_size / median,
+      'flops_per_step': flops, 'tflops_per_sec': achieved,
+      'peak_tflops_per_device': peak,
+      'mfu': achieved / (peak * len(devices)) if peak else None,
+      'peak_memory_bytes': peak_memory_bytes(devices),
+      'final_loss': loss,
+  }
+  if args.profile:
+    log(profile_one_step(setup, state, args.profile))
+  return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+  args = parse_args(argv)
+  try:
+    if args.input_only:
+      from recipes import bench_input  # pylint: disable=g-import-not-at-top
+      result = bench_input.run(args)
+    else:
+      result = run(args)
+      print(table(result))
+  except UserError as e:
+    sys.exit(f'error: {e}')
+  if args.json:
+    with open(args.json, 'w') as f:
+      json.dump(result, f, indent=2)
+  return result
+
+
+if __name__ == '__main__':
+  main()

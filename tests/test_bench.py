@@ -1,0 +1,104 @@
+"""The benchmark command: its JSON, its FLOP count, its imports, its errors."""
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+import zoo
+from recipes import bench
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIELDS = ('model', 'strategy', 'dtype', 'batch_size', 'images_per_sec',
+          'step_time_median_s', 'step_time_p90_s', 'compile_time_s',
+          'flops_per_step', 'tflops_per_sec', 'mfu', 'devices', 'platform',
+          'device_kind', 'jax_version', 'peak_memory_bytes')
+
+
+def _run_json(tmp_path, *flags) -> dict:
+  path = tmp_path / 'bench.json'
+  bench.main(['--model=mlp', '--batch_size=8', '--steps=3', '--warmup=1',
+              f'--json={path}', *flags])
+  return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize('strategy,devices', [('jit', 1), ('pmap', 2),
+                                              ('sharded', 2)])
+def test_writes_every_field(tmp_path, strategy, devices):
+  r = _run_json(tmp_path, f'--strategy={strategy}', f'--devices={devices}')
+  assert set(FIELDS) <= set(r)
+  assert (r['model'], r['strategy'], r['dtype'], r['batch_size'],
+          r['devices'], r['platform']) == ('mlp', strategy, 'float32', 8,
+                                           devices, 'cpu')
+  assert r['jax_version'] == __import__('jax').__version__
+  assert r['compile_time_s'] > 0
+  assert 0 < r['step_time_median_s'] <= r['step_time_p90_s']
+  assert r['images_per_sec'] == pytest.approx(8 / r['step_time_median_s'])
+  # 3 forward passes' worth per image, from the zoo's own count.
+  forward = zoo.model_info('mlp').gflops * 1e9
+  assert r['flops_per_step'] == pytest.approx(3 * forward * 8, rel=1e-9)
+  assert r['tflops_per_sec'] == pytest.approx(
+      r['flops_per_step'] / r['step_time_median_s'] / 1e12)
+  assert r['mfu'] is None and r['peak_memory_bytes'] is None  # CPU.
+  assert math.isfinite(r['final_loss'])
+
+
+def test_bfloat16_and_profile(tmp_path, capsys):
+  r = _run_json(tmp_path, '--dtype=bfloat16', f'--profile={tmp_path}/trace')
+  assert r['dtype'] == 'bfloat16' and math.isfinite(r['final_loss'])
+  assert glob.glob(f'{tmp_path}/trace/**/perfetto_trace.json.gz',
+                   recursive=True)
+  assert 'largest host ops of one step' in capsys.readouterr().err
+
+
+def test_peak_table():
+  assert bench.peak_tflops('NVIDIA H200') == 989
+  assert bench.peak_tflops('NVIDIA A100-SXM4-80GB') == 312
+  assert bench.peak_tflops('TPU v5 lite') == 197
+  assert bench.peak_tflops('TPU v5') == 459
+  assert bench.peak_tflops('TPU v6 lite') == 918
+  assert bench.peak_tflops('cpu') is None
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--model=cnnn'], "unknown model 'cnnn'; did you mean 'cnn'?"),
+    (['--strategy=pmap', '--devices=4', '--batch_size=10'],
+     'batch_size 10 is not divisible by the 4 devices'),
+    (['--strategy=jit', '--devices=2'], 'runs on one device'),
+])
+def test_bad_input_is_one_line(flags, message):
+  with pytest.raises(SystemExit) as e:
+    bench.main(flags)
+  assert str(e.value).startswith('error: ') and message in str(e.value)
+  assert '\n' not in str(e.value)
+
+
+def test_imports_no_tensorflow():
+  code = ('import sys; from recipes import bench; '
+          "bench.main(['--model=mlp', '--batch_size=4', '--steps=1']); "
+          "print(sorted({m.split('.')[0] for m in sys.modules} & "
+          "{'tensorflow', 'tensorflow_datasets', 'ml_collections'}))")
+  out = subprocess.run([sys.executable, '-c', code], cwd=REPO, check=True,
+                       capture_output=True, text=True,
+                       env={**os.environ, 'JAX_PLATFORMS': 'cpu'}).stdout
+  assert out.splitlines()[-1] == '[]'
+
+
+def test_input_only(tmp_path):
+  path = tmp_path / 'input.json'
+  bench.main(['--input_only', '--model=mlp', '--batch_size=16', '--steps=2',
+              '--warmup=1', '--input_examples=256', '--input_batches=5',
+              f'--json={path}'])
+  r = json.loads(path.read_text())
+  assert set(r['pipelines']) == {'fashion_mnist', 'cifar10'}
+  for p in r['pipelines'].values():
+    assert p['batches_per_sec'] > 0
+    assert p['images_per_sec'] == pytest.approx(16 * p['batches_per_sec'])
+    assert p['times_train_step'] == pytest.approx(
+        p['batches_per_sec'] / r['train_step_batches_per_sec'])
+  assert r['train_step']['strategy'] == 'jit'
+  assert r['train_step_batches_per_sec'] > 0
