@@ -90,14 +90,15 @@ class ShardedStrategy:
   def __init__(self, mesh: Mesh, model: nn.Module,
                tx: optax.GradientTransformation, image_shape: tuple[int, ...],
                rules: Iterable = (), path_rules: Iterable = (),
-               prefetch: int = 2):
+               prefetch: int = 2, **state_options):
     self.mesh = mesh
     self.rules = partition_rules.logical_rules(rules)
     self.path_rules = partition_rules.path_rules(path_rules)
     self.prefetch = prefetch
-    self._init = functools.partial(train_state.create, model, tx, image_shape)
+    self._init = functools.partial(train_state.create, model, tx, image_shape,
+                                   **state_options)
 
-    abstract = train_state.abstract(model, tx, image_shape)
+    abstract = train_state.abstract(model, tx, image_shape, **state_options)
     params = partition_rules.param_specs(
         abstract.params, train_state.logical_names(model, image_shape),
         self.rules, self.path_rules, dict(mesh.shape))
@@ -107,11 +108,10 @@ class ShardedStrategy:
         tx, lambda _, spec: spec, abstract.opt_state, params,
         transform_non_params=lambda _: PartitionSpec(),
         is_leaf=lambda x: isinstance(x, PartitionSpec))
-    # Batch-norm statistics are small and carry no names: replicated.
-    specs = abstract.replace(
-        step=PartitionSpec(), params=params, opt_state=opt_state,
-        batch_stats=jax.tree.map(lambda _: PartitionSpec(),
-                                 abstract.batch_stats))
+    # The rest (step, batch-norm statistics, loss scale) is small and
+    # carries no names: replicated.
+    specs = jax.tree.map(lambda _: PartitionSpec(), abstract).replace(
+        params=params, opt_state=opt_state)
     self.state_shardings = jax.tree.map(
         lambda spec: NamedSharding(mesh, spec), specs,
         is_leaf=lambda x: isinstance(x, PartitionSpec))
@@ -142,7 +142,8 @@ class ShardedStrategy:
     return cls(make_mesh(config.mesh), model, tx, image_shape,
                rules=partition_rules.logical_rules(
                    config.partition_rules, zoo.default_rules(config.model)),
-               path_rules=config.path_rules)
+               path_rules=config.path_rules,
+               **train_state.options(config))
 
   @contextlib.contextmanager
   def _scope(self):

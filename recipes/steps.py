@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from recipes.metrics import Metrics
+from recipes.metrics import EvalMetrics, TrainMetrics
 from recipes.train_state import TrainState
 
 
@@ -28,14 +28,46 @@ def _per_example_loss(logits, labels):
       logits.astype(jnp.float32), labels)
 
 
-def _collect_metrics(axis_name, **outputs) -> Metrics:
+def _collect_metrics(collection, axis_name, **outputs):
   if axis_name is None:
-    return Metrics.single_from_model_output(**outputs)
-  return Metrics.gather_from_model_output(axis_name=axis_name, **outputs)
+    return collection.single_from_model_output(**outputs)
+  return collection.gather_from_model_output(axis_name=axis_name, **outputs)
+
+
+def _loss_and_grads(state: TrainState, loss_fn, axis_name):
+  """(aux, grads averaged over devices, state) -- with loss scaling if the
+  state has a DynamicScale (float16), which it updates."""
+  if state.dynamic_scale is None:
+    (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    if axis_name is not None:
+      grads = lax.pmean(grads, axis_name)
+    return aux, grads, state
+  # float16 gradients underflow unless the loss is scaled up first; the scale
+  # backs off when they overflow (and that update is skipped below).
+  dynamic_scale, _, (_, aux), grads = state.dynamic_scale.value_and_grad(
+      loss_fn, has_aux=True, axis_name=axis_name)(state.params)
+  return aux, grads, state.replace(dynamic_scale=dynamic_scale)
+
+
+def _keep_if_not(finite, new: TrainState, old: TrainState) -> TrainState:
+  """`new`, but with the old weights, optimizer state and statistics where
+  `finite` is False. The step still advances: it is the data position."""
+
+  def choose(a, b):
+    return jax.tree.map(lambda x, y: jnp.where(finite, x, y), a, b)
+
+  return new.replace(params=choose(new.params, old.params),
+                     opt_state=choose(new.opt_state, old.opt_state),
+                     batch_stats=choose(new.batch_stats, old.batch_stats))
 
 
 def train_step(state: TrainState, batch, axis_name: str | None = None):
-  """One optimizer update on `batch`; returns the new state and its metrics."""
+  """One optimizer update on `batch`; returns the new state and its metrics.
+
+  A non-finite loss or gradient norm is reported in the metrics; the update
+  is skipped instead if the state says so (`skip_nonfinite`, or float16 loss
+  scaling, where overflowing steps are expected).
+  """
 
   def loss_fn(params):
     mutable = ['batch_stats'] if state.batch_stats else False
@@ -45,16 +77,27 @@ def train_step(state: TrainState, batch, axis_name: str | None = None):
     loss = _per_example_loss(logits, batch['label'])
     return loss.mean(), (loss, logits, new_model_state)
 
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-  (_, (loss, logits, new_model_state)), grads = grad_fn(state.params)
+  (loss, logits, new_model_state), grads, state = _loss_and_grads(
+      state, loss_fn, axis_name)
   batch_stats = new_model_state.get('batch_stats', state.batch_stats)
+  mean_loss = loss.mean()
   if axis_name is not None:
-    grads = lax.pmean(grads, axis_name)
     batch_stats = lax.pmean(batch_stats, axis_name)
-  state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
-  metrics = _collect_metrics(axis_name, loss=loss, logits=logits,
-                             labels=batch['label'])
-  return state, metrics
+    mean_loss = lax.pmean(mean_loss, axis_name)  # Every device decides alike.
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(mean_loss) & jnp.isfinite(grad_norm)
+  new_state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
+
+  skip = state.skip_nonfinite or state.dynamic_scale is not None
+  outputs = dict(loss=loss, logits=logits, labels=batch['label'],
+                 grad_norm=jnp.full_like(loss, grad_norm))
+  if skip:
+    new_state = _keep_if_not(finite, new_state, state)
+    # Skipped steps count apart and stay out of the averages.
+    outputs.update(skipped=~finite, mask=jnp.broadcast_to(finite, loss.shape))
+  else:
+    outputs.update(skipped=False)
+  return new_state, _collect_metrics(TrainMetrics, axis_name, **outputs)
 
 
 def eval_step(state: TrainState, batch, axis_name: str | None = None):
@@ -62,5 +105,5 @@ def eval_step(state: TrainState, batch, axis_name: str | None = None):
   logits = state.apply_fn(_variables(state, state.params), batch['image'],
                           train=False)
   loss = _per_example_loss(logits, batch['label'])
-  return _collect_metrics(axis_name, loss=loss, logits=logits,
+  return _collect_metrics(EvalMetrics, axis_name, loss=loss, logits=logits,
                           labels=batch['label'], mask=batch['mask'])
