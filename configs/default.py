@@ -25,11 +25,22 @@ def get_config() -> ml_collections.ConfigDict:
   # Parameters no rule matches are replicated.
   config.path_rules = ()
 
+  # train, or eval: evaluate the workdir's latest checkpoint, write its eval/
+  # summaries, and stop.
+  config.mode = 'train'
+
   # Model (a name from `zoo.list_models()`) and its computation precision:
-  # bfloat16 computation with float32 parameters when half_precision is set.
+  # with half_precision, computation in half_precision_dtype and parameters,
+  # optimizer state and loss in float32. bfloat16 suits TPUs and recent GPUs;
+  # float16 (GPUs) adds dynamic loss scaling, skipping overflowing updates.
   config.model = 'cnn'
   config.model_kwargs = ml_collections.ConfigDict()  # Extra create() args.
   config.half_precision = False
+  config.half_precision_dtype = 'bfloat16'
+  # Start from another run's parameters (its workdir, checkpoints directory
+  # or one step's directory), e.g. to fine-tune; those whose name or shape
+  # differ (a new head) keep their initialization. Ignored when resuming.
+  config.init_from = ''
 
   # Data: a TFDS name, or `fashion_mnist_idx` for the offline Debian files.
   config.dataset = 'mnist'
@@ -70,6 +81,10 @@ def get_config() -> ml_collections.ConfigDict:
   # latest one. 0 = only at the end; -1 = never.
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 3
+
+  # A non-finite loss or gradient norm stops the run (naming the step), or,
+  # with this set, that update is skipped and counted (train/skipped_steps).
+  config.skip_nonfinite_updates = False
 
   config.seed = 0
   config.log_every_steps = 100

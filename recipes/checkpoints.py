@@ -6,6 +6,10 @@ under one mesh (say data=8) restores onto another (data=4, tensor=2) or onto
 fewer devices. The target is a TrainState of `jax.ShapeDtypeStruct`s carrying
 the new shardings, e.g. `ShardedStrategy.abstract_state`.
 
+Saving is asynchronous: `save` returns once the arrays are copied off the
+devices and orbax writes them in the background (a checkpoint appears under
+its step number only when complete). `manager(...).close()` waits for it.
+
 Every process calls these functions; orbax writes each array's shards from
 the processes that hold them.
 """
@@ -15,6 +19,8 @@ import os
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
+from flax import traverse_util
 from jax.experimental import multihost_utils
 
 from recipes.errors import UserError
@@ -31,9 +37,12 @@ def manager(workdir: str, max_to_keep: int | None = 3) -> ocp.CheckpointManager:
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: TrainState):
-  """Writes `state` (global arrays) as checkpoint `step` and waits for it."""
+  """Starts writing `state` (global arrays) as checkpoint `step`.
+
+  The devices' copy may change as soon as this returns; the previous save,
+  if still writing, is waited for first.
+  """
   mngr.save(step, args=ocp.args.StandardSave(state))
-  mngr.wait_until_finished()
 
 
 def restore(mngr: ocp.CheckpointManager, target: TrainState,
@@ -108,3 +117,53 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
                     type(error).__name__, str(error)[:200], where)
     _set_aside(mngr, step)
   return None, 0
+
+
+def _step_directory(path: str) -> str:
+  """The checkpoint directory `path` names: a step's directory, or the latest
+  step of a checkpoints directory or of a run's workdir."""
+  path = os.path.abspath(path)
+  if os.path.isdir(os.path.join(path, 'default')):
+    return path
+  for directory in (os.path.join(path, 'checkpoints'), path):
+    if os.path.isdir(directory):
+      steps = [int(n) for n in os.listdir(directory) if n.isdigit()]
+      if steps:
+        return os.path.join(directory, str(max(steps)))
+  raise UserError(f'no checkpoint found at --config.init_from={path!r}; give '
+                  'a run\'s workdir, its checkpoints directory, or one step '
+                  'directory in it.')
+
+
+def load_params(path: str, target) -> tuple[dict, list[str]]:
+  """Parameters from another run's checkpoint at `path`, e.g. to fine-tune.
+
+  `target` is this run's params tree of `jax.ShapeDtypeStruct`s with
+  shardings. Returns (the loaded parameters that have the same name and
+  shape there, flat {'Dense_0/kernel': array}, and the names of the others,
+  which the caller keeps as initialized -- typically a new classifier head).
+  """
+  directory = _step_directory(path)
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    saved = handler.metadata(epath.Path(directory, 'default')).tree
+    saved = {name: tuple(leaf.shape) for name, leaf in
+             traverse_util.flatten_dict(saved['params'], sep='/').items()}
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f'cannot read the checkpoint {directory} for '
+                    f'--config.init_from ({type(e).__name__}: '
+                    f'{str(e)[:200]}).') from e
+  wanted = traverse_util.flatten_dict(target, sep='/')
+  loadable = {name: leaf for name, leaf in wanted.items()
+              if saved.get(name) == tuple(leaf.shape)}
+  if not loadable:
+    raise UserError(f'no parameter of this model has the same name and shape '
+                    f'in {directory} (--config.init_from): another model?')
+  item = {'params': traverse_util.unflatten_dict(loadable, sep='/')}
+  restored = ocp.Checkpointer(handler).restore(
+      epath.Path(directory, 'default'),
+      args=ocp.args.PyTreeRestore(
+          item=item, partial_restore=True,
+          restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
+  loaded = traverse_util.flatten_dict(restored['params'], sep='/')
+  return loaded, sorted(set(wanted) - set(loaded))

@@ -19,10 +19,11 @@ import numpy as np
 import optax
 from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
+from flax import traverse_util
 
 import zoo
 from recipes import (checkpoints, datasets, input_pipeline, optimizers,
-                     sharded_strategy, streaming, train_state)
+                     preemption, sharded_strategy, streaming, train_state)
 from recipes.errors import UserError
 from recipes.pmap_strategy import PmapStrategy
 from recipes.preprocess import Preprocessing
@@ -52,8 +53,16 @@ def _batch_divisor(config) -> tuple[int, str]:
           'batch shards (mesh.data x mesh.fsdp)')
 
 
+HALF_PRECISION_DTYPES = ('bfloat16', 'float16')
+
+
 def create_model(config: ml_collections.ConfigDict, num_classes: int):
-  dtype = jnp.bfloat16 if config.half_precision else jnp.float32
+  if config.half_precision_dtype not in HALF_PRECISION_DTYPES:
+    raise UserError(f'unknown half_precision_dtype '
+                    f'{config.half_precision_dtype!r}; choose one of '
+                    f'{", ".join(HALF_PRECISION_DTYPES)}.')
+  dtype = (jnp.dtype(config.half_precision_dtype) if config.half_precision
+           else jnp.float32)
   try:
     return zoo.create(config.model, num_classes=num_classes, dtype=dtype,
                       **config.model_kwargs)
@@ -61,10 +70,46 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int):
     raise UserError(str(e)) from None
 
 
-def _merged(strategy, metrics_list):
-  """Fetches per-step metrics to the host and merges them into one."""
-  return functools.reduce(lambda a, b: a.merge(b),
-                          (strategy.to_host(m) for m in metrics_list))
+class _PendingMetrics:
+  """Train metrics since the last summary, checked for non-finite values.
+
+  `check` fetches what the devices finished and, unless updates with
+  non-finite values are skipped, stops the run at the first such step.
+  """
+
+  def __init__(self, strategy, stop_on_nonfinite: bool):
+    self._strategy = strategy
+    self._stop_on_nonfinite = stop_on_nonfinite
+    self._unchecked, self._checked = [], []
+
+  def add(self, step: int, metrics):
+    self._unchecked.append((step, metrics))
+
+  def check(self):
+    for step, metrics in self._unchecked:
+      metrics = self._strategy.to_host(metrics)
+      if self._stop_on_nonfinite:
+        _check_finite(step, metrics.compute())
+      self._checked.append(metrics)
+    self._unchecked = []
+
+  def summary(self) -> dict:
+    """The merged metrics since the last summary, computed."""
+    self.check()
+    merged = functools.reduce(lambda a, b: a.merge(b), self._checked)
+    self._checked = []
+    with np.errstate(invalid='ignore'):  # 0/0 when every step was skipped.
+      return merged.compute()
+
+
+def _check_finite(step: int, values: dict):
+  for name, what in (('loss', 'training loss'), ('grad_norm',
+                                                  'gradient norm')):
+    if not np.isfinite(values[name]):
+      raise UserError(
+          f'the {what} is {values[name]} at step {step}; lower '
+          '--config.learning_rate, or set --config.skip_nonfinite_updates='
+          'True to skip such updates. The checkpoints so far are kept.')
 
 
 def _flat_hparams(config, prefix: str = '') -> dict:
@@ -79,12 +124,18 @@ def _flat_hparams(config, prefix: str = '') -> dict:
   return flat
 
 
-def evaluate(strategy, state, data, batch_size: int):
-  """Metrics over the whole eval split, each example counted exactly once."""
-  batches = data.eval_batches(batch_size=batch_size)
-  metrics = [strategy.eval_step(state, batch)
-             for batch in strategy.place_batches(batches)]
-  return _merged(strategy, metrics)
+def evaluate(strategy, state, data, batch_size: int, should_stop=None):
+  """Metrics over the whole eval split, each example counted exactly once.
+
+  None if `should_stop()`, asked before each batch, says to stop.
+  """
+  metrics = []
+  for batch in strategy.place_batches(data.eval_batches(batch_size=batch_size)):
+    if should_stop and should_stop():
+      return None
+    metrics.append(strategy.eval_step(state, batch))
+  return functools.reduce(lambda a, b: a.merge(b),
+                          (strategy.to_host(m) for m in metrics))
 
 
 def _num_train_steps(config, per_epoch: int) -> int:
@@ -107,13 +158,14 @@ class Setup:
   model: nn.Module
   tx: optax.GradientTransformation
   rng: jax.Array
+  state_options: dict  # How updates are made: train_state.options(config).
 
   @functools.cached_property
   def state(self) -> train_state.TrainState:
     """The initial state, whole on the default device (created on first use;
     the sharded strategy creates its state in shards instead)."""
     return train_state.create(self.model, self.tx, self.data.image_shape,
-                              self.rng)
+                              self.rng, **self.state_options)
 
 
 def setup(config: ml_collections.ConfigDict) -> Setup:
@@ -142,7 +194,8 @@ def setup(config: ml_collections.ConfigDict) -> Setup:
   schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
   tx = optimizers.create_optimizer(config, schedule)
   return Setup(data, per_epoch, num_steps, eval_batch_size, schedule, model,
-               tx, jax.random.PRNGKey(config.seed))
+               tx, jax.random.PRNGKey(config.seed),
+               train_state.options(config))
 
 
 def create_strategy(config: ml_collections.ConfigDict, run: Setup):
@@ -184,21 +237,86 @@ def _restore_latest(mngr, strategy, state):
   return state, step
 
 
+def _init_from(path: str, strategy, state):
+  """`state` with the parameters of another run's checkpoint where they fit."""
+  target = strategy.checkpoint_target(state).params
+  loaded, kept = checkpoints.load_params(path, target)
+  whole = strategy.to_checkpoint(state)
+  params = traverse_util.flatten_dict(whole.params, sep='/')
+  params.update(loaded)
+  logging.info('Initialized %d parameter arrays from %s.', len(loaded), path)
+  if kept:
+    logging.warning('Not in %s with the same shape, so trained from scratch: '
+                    '%s.', path, ', '.join(kept))
+  return strategy.from_checkpoint(
+      whole.replace(params=traverse_util.unflatten_dict(params, sep='/')))
+
+
+def _evaluate_and_write(strategy, state, run, writer, step, should_stop=None):
+  """Evaluates `state`, writes eval/ summaries for `step`; None if stopped."""
+  eval_metrics = evaluate(strategy, state, run.data, run.eval_batch_size,
+                          should_stop)
+  if eval_metrics is None:
+    return None
+  summary = eval_metrics.compute()
+  writer.write_scalars(step, {f'eval/{k}': v for k, v in summary.items()})
+  logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
+               step, summary['loss'], summary['accuracy'],
+               eval_metrics.accuracy.count)
+  return summary
+
+
+def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
+  """Evaluates the latest checkpoint in `workdir` and writes its eval/
+  summaries there, without training (`--config.mode=eval`)."""
+  run = setup(config)
+  strategy, state = create_strategy(config, run)
+  with checkpoints.manager(workdir, config.keep_checkpoints) as mngr:
+    state, step = _restore_latest(mngr, strategy, state)
+  if step == 0:
+    raise UserError(f'no checkpoint to evaluate in {workdir}/checkpoints; '
+                    'train first, or point --workdir at a trained run.')
+  writer = metric_writers.create_default_writer(
+      workdir, just_logging=jax.process_index() > 0)
+  summary = _evaluate_and_write(strategy, state, run, writer, step)
+  writer.flush()
+  return summary
+
+
+MODES = ('train', 'eval')
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Trains `config.model` on `config.dataset`; returns the final eval metrics.
 
-  Resumes from the latest checkpoint in `workdir` if there is one.
+  Resumes from the latest checkpoint in `workdir` if there is one. Stops
+  early, with a checkpoint, on SIGTERM or SIGINT (recipes/preemption.py),
+  and then returns None. `config.mode=eval` only evaluates.
   """
+  if config.mode not in MODES:
+    raise UserError(f'unknown mode {config.mode!r}; choose one of '
+                    f'{", ".join(MODES)}.')
+  if config.mode == 'eval':
+    return evaluate_checkpoint(config, workdir)
   run = setup(config)
   strategy, state = create_strategy(config, run)
+  save_every = config.checkpoint_every_steps
+  if save_every < 0:
+    return _train(config, workdir, run, strategy, state, None)
+  with checkpoints.manager(workdir, config.keep_checkpoints) as mngr:
+    return _train(config, workdir, run, strategy, state, mngr)
+
+
+def _train(config, workdir, run, strategy, state, mngr):
+  """The loop of `train_and_evaluate`, saving to `mngr` unless it is None."""
   num_steps, schedule = run.num_steps, run.schedule
   eval_every = config.eval_every_steps or run.steps_per_epoch
   save_every = config.checkpoint_every_steps
-  mngr = None
   start_step = 0
-  if save_every >= 0:
-    mngr = checkpoints.manager(workdir, config.keep_checkpoints)
+  if mngr:
     state, start_step = _restore_latest(mngr, strategy, state)
+  if start_step == 0 and config.init_from:
+    state = _init_from(config.init_from, strategy, state)
   writer = metric_writers.create_default_writer(
       workdir, just_logging=jax.process_index() > 0)
   if start_step == 0:
@@ -212,51 +330,69 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     logging.info('Training already finished at step %d; evaluating only.',
                  start_step)
 
-  def evaluate_and_write(step, state):
-    eval_metrics = evaluate(strategy, state, run.data, run.eval_batch_size)
-    summary = eval_metrics.compute()
-    writer.write_scalars(step, {f'eval/{k}': v for k, v in summary.items()})
-    logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
-                 step, summary['loss'], summary['accuracy'],
-                 eval_metrics.accuracy.count)
-    return summary
+  def save(step, state):
+    if mngr:
+      pending.check()  # Never save the state of a non-finite update.
+      with report_progress.timed('checkpoint'):
+        checkpoints.save(mngr, step, strategy.to_checkpoint(state))
 
   batches = strategy.place_batches(run.data.train_batches(
       batch_size=config.batch_size, seed=config.seed, start_step=start_step,
       num_steps=num_steps))
   report_progress = periodic_actions.ReportProgress(
       num_train_steps=num_steps, every_secs=30)
-  pending, last_log = [], (start_step, time.monotonic())
+  skipping = state.skip_nonfinite or state.dynamic_scale is not None
+  pending = _PendingMetrics(strategy, stop_on_nonfinite=not skipping)
+  last_log = (start_step, time.monotonic())
   eval_summary = None
-  for step, state, metrics in train_steps(strategy, state, batches,
-                                          start_step + 1, num_steps):
-    pending.append(metrics)
-    report_progress(step)
+  step = start_step
+  with preemption.StopRequest() as stop:
+    for step, state, metrics in train_steps(strategy, state, batches,
+                                            start_step + 1, num_steps):
+      pending.add(step, metrics)
+      report_progress(step)
 
-    if step % config.log_every_steps == 0 or step == num_steps:
-      summary = _merged(strategy, pending).compute()
-      now = time.monotonic()
-      writer.write_scalars(step, {
-          'train/loss': summary['loss'],
-          'train/accuracy': summary['accuracy'],
-          'train/learning_rate': schedule(step - 1),
-          'train/steps_per_sec': (step - last_log[0]) / (now - last_log[1]),
-      })
-      pending, last_log = [], (step, now)
-      if not np.isfinite(summary['loss']):
-        raise UserError(f'the training loss is {summary["loss"]} at step '
-                        f'{step}; lower --config.learning_rate.')
+      if step % config.log_every_steps == 0 or step == num_steps:
+        summary = pending.summary()
+        now = time.monotonic()
+        # Averages over steps that were all skipped are NaN: left out.
+        scalars = {f'train/{k}': v for k, v in summary.items()
+                   if k != 'skipped' and np.isfinite(v)}
+        scalars['train/learning_rate'] = schedule(step - 1)
+        scalars['train/steps_per_sec'] = (step - last_log[0]) / (
+            now - last_log[1])
+        if skipping:
+          scalars['train/skipped_steps'] = summary['skipped']
+          if summary['skipped']:
+            logging.warning('Skipped %d update(s) with a non-finite loss '
+                            'or gradient in steps %d-%d.', summary['skipped'],
+                            last_log[0] + 1, step)
+        writer.write_scalars(step, scalars)
+        last_log = (step, now)
 
-    if step % eval_every == 0 or step == num_steps:
-      with report_progress.timed('eval'):
-        eval_summary = evaluate_and_write(step, state)
-      last_log = (step, time.monotonic())  # Eval time is not train time.
+      stopping = stop.should_stop()
+      if not stopping and (step % eval_every == 0 or step == num_steps):
+        pending.check()
+        with report_progress.timed('eval'):
+          eval_summary = _evaluate_and_write(strategy, state, run, writer,
+                                             step, stop.should_stop)
+        stopping = eval_summary is None
+        last_log = (step, time.monotonic())  # Eval time is not train time.
 
-    if mngr and (step == num_steps or save_every and step % save_every == 0):
-      with report_progress.timed('checkpoint'):
-        checkpoints.save(mngr, step, strategy.to_checkpoint(state))
-      last_log = (step, time.monotonic())
+      if stopping or step == num_steps or (
+          save_every and step % save_every == 0):
+        save(step, state)
+        last_log = (step, time.monotonic())
+      if stopping:
+        writer.flush()
+        where = (f'saved a checkpoint of step {step} in {mngr.directory}'
+                 if mngr else 'saved nothing (checkpoint_every_steps=-1)')
+        logging.warning('Stopped by %s after step %d of %d: %s. Run the same '
+                        'command again to resume.', stop.received, step,
+                        num_steps, where)
+        return None
   if eval_summary is None:  # Resumed from the final checkpoint.
-    eval_summary = evaluate_and_write(num_steps, state)
+    eval_summary = _evaluate_and_write(strategy, state, run, writer,
+                                       num_steps)
   writer.flush()
   return eval_summary

@@ -31,7 +31,8 @@ def test_restore_onto_another_mesh_and_fewer_devices(tmp_path):
   state = source.create_state(jax.random.PRNGKey(0))
   # A step first, so that the step count and Adam's moments are not zeros.
   state, _ = source.train_step(state, next(source.place_batches([_batch()])))
-  checkpoints.save(checkpoints.manager(str(tmp_path)), 1, state)
+  with checkpoints.manager(str(tmp_path)) as mngr:  # Waits for the save.
+    checkpoints.save(mngr, 1, state)
   saved = source.to_host(state)
 
   for mesh, devices in ((dict(data=4, fsdp=1, tensor=2), None),

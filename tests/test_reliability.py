@@ -1,0 +1,160 @@
+"""Non-finite guards, mixed precision, init_from, eval mode and a stop
+requested by a real signal, through the real loop (in-process)."""
+
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from recipes import checkpoints, loop
+from recipes.errors import UserError
+from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp('data')
+  write_fashion_mnist(str(path), num_train=64, num_test=16)
+  return str(path)
+
+
+def _config(data_dir, **overrides):
+  return tiny_config(**{
+      'dataset': 'fashion_mnist_idx', 'data_dir': data_dir, 'model': 'mlp',
+      'model_kwargs': {'hidden_sizes': (32,)}, 'num_train_steps': 6,
+      'checkpoint_every_steps': 2, 'log_every_steps': 1,
+      'eval_every_steps': 6, **overrides})
+
+
+def _params(workdir, step=None):
+  with checkpoints.manager(str(workdir)) as mngr:
+    restored = mngr.restore(step or mngr.latest_step())
+  return jax.tree.map(np.asarray, restored['params'])
+
+
+# A learning rate this large overflows the weights within a few steps.
+DIVERGING = dict(learning_rate=1e30, momentum=0.0)
+
+
+@pytest.mark.parametrize('strategy', ['pmap', 'sharded'])
+def test_a_diverging_run_stops_naming_the_step_and_keeps_checkpoints(
+    data_dir, tmp_path, strategy):
+  with pytest.raises(UserError) as error:
+    loop.train_and_evaluate(_config(data_dir, strategy=strategy, **DIVERGING),
+                            str(tmp_path))
+  message = str(error.value)
+  assert ' at step ' in message and 'skip_nonfinite_updates' in message
+  assert 'training loss is' in message or 'gradient norm is' in message
+  bad_step = int(message.split(' at step ')[1].split(';')[0])
+  assert 1 <= bad_step <= 6
+  # Every checkpoint kept is of a step before the bad one, and finite.
+  with checkpoints.manager(str(tmp_path)) as mngr:
+    steps = mngr.all_steps()
+  assert all(step < bad_step for step in steps)
+  for step in steps:
+    for leaf in jax.tree.leaves(_params(tmp_path, step)):
+      assert np.isfinite(leaf).all()
+
+
+def test_skip_nonfinite_updates_skips_and_counts_them(data_dir, tmp_path):
+  loop.train_and_evaluate(
+      _config(data_dir, skip_nonfinite_updates=True, **DIVERGING),
+      str(tmp_path))
+  scalars = read_scalars(str(tmp_path))
+  # Step 1's update is finite but huge; every later one overflows.
+  assert scalars['train/skipped_steps'] == {1: 0, 2: 1, 3: 1, 4: 1, 5: 1,
+                                            6: 1}
+  assert np.isfinite(scalars['train/grad_norm'][1])
+  # The bad updates never landed: the weights stay those after step 1.
+  after_step_1 = _params(tmp_path, 2)
+  for step in (4, 6):
+    for a, b in zip(jax.tree.leaves(after_step_1),
+                    jax.tree.leaves(_params(tmp_path, step))):
+      assert np.isfinite(b).all()
+      np.testing.assert_array_equal(a, b)
+
+
+def test_normal_runs_write_finite_gradient_norms(data_dir, tmp_path):
+  loop.train_and_evaluate(_config(data_dir), str(tmp_path))
+  norms = read_scalars(str(tmp_path))['train/grad_norm']
+  assert sorted(norms) == [1, 2, 3, 4, 5, 6]
+  assert all(0 < v < 100 for v in norms.values())
+  assert 'train/skipped_steps' not in read_scalars(str(tmp_path))
+
+
+@pytest.mark.parametrize('dtype', ['bfloat16', 'float16'])
+def test_half_precision_computes_in_half_and_keeps_float32_state(
+    data_dir, tmp_path, dtype):
+  config = _config(data_dir, half_precision=True, half_precision_dtype=dtype,
+                   strategy='sharded')
+  run = loop.setup(config)
+  assert run.model.dtype == jnp.dtype(dtype)
+  assert (run.state.dynamic_scale is not None) == (dtype == 'float16')
+  summary = loop.train_and_evaluate(config, str(tmp_path))
+  assert np.isfinite(summary['loss'])
+  for leaf in jax.tree.leaves(_params(tmp_path)):
+    assert leaf.dtype == np.float32 and np.isfinite(leaf).all()
+  if dtype == 'float16':  # The loss scale is saved and restored with the rest.
+    with checkpoints.manager(str(tmp_path)) as mngr:
+      restored = mngr.restore(6)
+    assert 0 < float(restored['dynamic_scale']['scale']) <= 65536
+
+
+def test_init_from_loads_the_parameters_that_fit(data_dir, tmp_path, caplog):
+  source = tmp_path / 'source'
+  loop.train_and_evaluate(_config(data_dir), str(source))
+  trained = _params(source)
+  # A second hidden layer has no counterpart there: it starts from scratch;
+  # a zero learning rate keeps what was loaded as it was.
+  config = _config(data_dir, init_from=str(source), learning_rate=0.0,
+                   model_kwargs={'hidden_sizes': (32, 32)})
+  with caplog.at_level('WARNING'):
+    loop.train_and_evaluate(config, str(tmp_path / 'tuned'))
+  tuned = _params(tmp_path / 'tuned')
+  np.testing.assert_array_equal(tuned['Dense_0']['kernel'],
+                                trained['Dense_0']['kernel'])
+  assert 'Dense_1/kernel' in caplog.text  # Its shape differs: kept as init.
+  assert tuned['Dense_1']['kernel'].shape == (32, 32)
+
+  with pytest.raises(UserError, match='no checkpoint found'):
+    loop.train_and_evaluate(_config(data_dir, init_from=str(tmp_path / 'x')),
+                            str(tmp_path / 'other'))
+
+
+def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path):
+  with pytest.raises(UserError, match='no checkpoint to evaluate'):
+    loop.train_and_evaluate(_config(data_dir, mode='eval'), str(tmp_path))
+  trained = loop.train_and_evaluate(_config(data_dir), str(tmp_path))
+  evaluated = loop.train_and_evaluate(_config(data_dir, mode='eval'),
+                                      str(tmp_path))
+  np.testing.assert_allclose(evaluated['accuracy'], trained['accuracy'])
+  np.testing.assert_allclose(evaluated['loss'], trained['loss'], rtol=1e-6)
+  with checkpoints.manager(str(tmp_path)) as mngr:
+    assert mngr.all_steps()[-1] == 6  # Nothing trained or written.
+
+
+def test_a_signal_during_evaluation_stops_with_a_checkpoint(
+    data_dir, tmp_path, monkeypatch, caplog):
+  evaluate = loop.evaluate
+
+  def evaluate_after_a_signal(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)  # A real Ctrl-C, mid-run.
+    return evaluate(*args, **kwargs)
+
+  monkeypatch.setattr(loop, 'evaluate', evaluate_after_a_signal)
+  config = _config(data_dir, eval_every_steps=3, checkpoint_every_steps=0)
+  with caplog.at_level('WARNING'):
+    assert loop.train_and_evaluate(config, str(tmp_path)) is None
+  assert 'Stopped by SIGINT after step 3 of 6' in caplog.text
+  with checkpoints.manager(str(tmp_path)) as mngr:
+    assert mngr.all_steps() == [3]
+  assert 'eval/loss' not in read_scalars(str(tmp_path))  # Eval was cut short.
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+  monkeypatch.setattr(loop, 'evaluate', evaluate)
+  summary = loop.train_and_evaluate(config, str(tmp_path))  # Resumes.
+  assert np.isfinite(summary['loss'])
+  assert sorted(read_scalars(str(tmp_path))['eval/loss']) == [6]
