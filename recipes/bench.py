@@ -1,7 +1,7 @@
-"""Times the recipes' real training step on synthetic data: images/s, TFLOP/s, MFU.
+"""Times the recipes' training step on synthetic data: images/s, TFLOP/s, MFU.
 
-    python -m recipes.bench --model=resnet50 --batch_size=256 --strategy=sharded \
-        --dtype=bfloat16 --devices=1 --steps=20 --json=/tmp/r50.json
+    python -m recipes.bench --model=resnet50 --batch_size=256 \
+        --strategy=sharded --dtype=bfloat16 --devices=1 --json=/tmp/r50.json
 
 Strategies: `jit` is a bare single-device `jax.jit` of `steps.train_step`
 with the state donated, the reference for the recipes' own overhead; `pmap`
@@ -116,7 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument('--input_batches', type=int, default=300,
                  help='--input_only: timed batches of each pipeline')
   args = p.parse_args(argv)
-  if min(args.steps, args.batch_size, args.input_batches) < 1 or args.warmup < 0:
+  if min(args.steps, args.batch_size, args.input_batches) < 1 or \
+      args.warmup < 0:
     p.error('--steps, --batch_size and --input_batches must be positive, '
             '--warmup at least 0')
   return args
@@ -267,23 +268,28 @@ def profile_one_step(setup: Setup, state, directory: str) -> str:
   return largest_ops(traces[-1]) if traces else 'no perfetto trace written'
 
 
-def largest_ops(path: str, top: int = 15) -> str:
-  """Total time per op name in a perfetto trace, device ops if there are any."""
+def largest_ops(path: str, top: int = 20) -> str:
+  """Total time per (thread, op name) in a perfetto trace; only the device's
+  threads (XLA ops, kernels on each stream) where there are any."""
   with gzip.open(path) as f:
     trace = json.load(f)
   events = trace['traceEvents'] if isinstance(trace, dict) else trace
-  process = {e['pid']: e['args']['name'] for e in events
-             if e.get('ph') == 'M' and e.get('name') == 'process_name'}
-  device = {pid for pid, name in process.items()
-            if name.startswith('/device:')}
+  names = {(e['name'], e['pid'], e.get('tid')): e['args']['name']
+           for e in events
+           if e.get('ph') == 'M' and 'name' in e.get('args', {})}
+  device = {pid for (kind, pid, _), name in names.items()
+            if kind == 'process_name' and name.startswith('/device:')}
   totals = collections.Counter()
   for e in events:
     if (e.get('ph') == 'X' and (not device or e['pid'] in device)
         and not e['name'].startswith('$')):  # '$file.py:line': Python frames.
-      totals[e['name']] += e.get('dur', 0)
-  where = 'device' if device else 'host'
-  lines = [f'largest {where} ops of one step (total microseconds):']
-  lines += [f'{us:12.1f}  {name[:100]}' for name, us in totals.most_common(top)]
+      thread = names.get(('thread_name', e['pid'], e.get('tid')), '?')
+      thread = thread.split('/')[0]  # One row for a pool's threads.
+      totals[thread, e['name']] += e.get('dur', 0)
+  lines = [f'largest {"device" if device else "host"} ops of one step '
+           '(total microseconds, thread, op):']
+  lines += [f'{us:12.1f}  {thread[:24]:24}  {name[:90]}'
+            for (thread, name), us in totals.most_common(top)]
   return '\n'.join(lines)
 
 

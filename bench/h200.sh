@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The H200 benchmark, in one device call: ResNet-50 and ViT-B/16, bfloat16,
+# batch 256, the train step under jit, pmap and sharded on one GPU, plus a
+# one-step profile of each model and ViT-B/16 with cuDNN attention.
+#
+# The machine has jax, flax, optax and absl but no clu, which the step's
+# metrics import (recipes/metrics.py); recipes.bench needs no TensorFlow, TFDS
+# or ml_collections. Before the call, on the development machine:
+#
+#   pip download clu==0.0.12 --no-deps -d .whl/     # .whl/ is git-ignored
+#
+# then run it with the device tool (about 6-8 minutes of device time):
+#
+#   run(command="bash bench/h200.sh", carry=[".whl"], timeout_s=540)
+#
+# $OUT gets results.jsonl (one recipes.bench JSON a line), log.txt (the
+# tables, the largest ops of each profiled step, errors), env.txt and
+# traces.tar.gz (the jax.profiler traces; open them in Perfetto/TensorBoard).
+# BATCH, STEPS, CONVNET and VIT override the defaults (for a small CPU try).
+set -u
+OUT=${OUT:-/tmp/h200_out}
+BATCH=${BATCH:-256} STEPS=${STEPS:-20} CONVNET=${CONVNET:-resnet50}
+VIT=${VIT:-vit_b16}
+mkdir -p "$OUT"
+export TF_CPP_MIN_LOG_LEVEL=2
+PY=${PY:-python3}
+LOG="$OUT/log.txt"
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  $PY -c 'import sys, jax, flax, optax; print(sys.version); print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__); print(jax.devices())'
+} >"$OUT/env.txt" 2>&1
+
+if ! $PY -c 'import clu' 2>/dev/null; then
+  $PY -m pip install --quiet --no-deps --no-index .whl/*.whl >>"$LOG" 2>&1 ||
+    echo "clu is missing and .whl/ holds no wheel: see the header" >>"$LOG"
+fi
+
+TRACES=/tmp/h200_traces
+JSON=/tmp/h200_json
+mkdir -p "$TRACES" "$JSON"
+
+bench() {  # NAME [FLAGS...]: one run; its JSON line goes to results.jsonl.
+  local name=$1
+  shift
+  echo "=== $name: $*" >>"$LOG"
+  timeout 240 $PY -m recipes.bench --dtype=bfloat16 --batch_size="$BATCH" \
+    --devices=1 --steps="$STEPS" --warmup=3 --json="$JSON/$name.json" "$@" \
+    >>"$LOG" 2>&1 || echo "=== $name failed or timed out (rc $?)" >>"$LOG"
+  [ -f "$JSON/$name.json" ] && $PY -c 'import json, sys
+print(json.dumps(json.load(open(sys.argv[1]))))' "$JSON/$name.json" \
+    >>"$OUT/results.jsonl"
+}
+
+# Most wanted first: a time-out still leaves the earlier results.
+bench ${CONVNET}_jit --model="$CONVNET" --strategy=jit --profile="$TRACES/$CONVNET"
+bench ${VIT}_jit --model="$VIT" --strategy=jit --profile="$TRACES/$VIT"
+bench ${CONVNET}_pmap --model="$CONVNET" --strategy=pmap
+bench ${CONVNET}_sharded --model="$CONVNET" --strategy=sharded
+bench ${VIT}_pmap --model="$VIT" --strategy=pmap
+bench ${VIT}_sharded --model="$VIT" --strategy=sharded
+bench ${VIT}_jit_cudnn --model="$VIT" --strategy=jit --attention_impl=cudnn
+
+tar -czf "$OUT/traces.tar.gz" -C "$TRACES" . 2>>"$LOG"
+if [ "$(stat -c %s "$OUT/traces.tar.gz")" -gt 15000000 ]; then
+  # Over what comes back from $OUT: keep the Perfetto traces only.
+  (cd "$TRACES" && find . -name 'perfetto_trace.json.gz' -print0 |
+    tar -czf "$OUT/traces.tar.gz" --null -T -)
+fi
+
+# One table of everything, at the end of the log.
+$PY - "$OUT/results.jsonl" >>"$LOG" 2>&1 <<'EOF'
+import json, sys
+print('| model | strategy | attention | compile s | step ms | images/s '
+      '| TFLOP/s | MFU | peak GiB |')
+print('|---|---|---|---|---|---|---|---|---|')
+for line in open(sys.argv[1]):
+  r = json.loads(line)
+  mem = r['peak_memory_bytes']
+  print(f"| {r['model']} | {r['strategy']} "
+        f"| {r['model_kwargs'].get('attention_impl', 'xla')} "
+        f"| {r['compile_time_s']:.1f} | {r['step_time_median_s'] * 1e3:.1f} "
+        f"| {r['images_per_sec']:,.0f} | {r['tflops_per_sec']:.0f} "
+        f"| {'-' if r['mfu'] is None else format(r['mfu'], '.1%')} "
+        f"| {'-' if mem is None else format(mem / 2**30, '.1f')} |")
+EOF
+tail -n 12 "$LOG"
