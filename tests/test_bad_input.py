@@ -9,15 +9,18 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _train(tmp_path, *overrides, env=None):
-  command = [sys.executable, '-m', 'recipes.train',
-             '--config=configs/fashion_mnist_pmap.py',
-             f'--workdir={tmp_path / "work"}', '--config.num_train_steps=2',
-             *overrides]
-  result = subprocess.run(
+def _run(workdir, *flags, config='configs/fashion_mnist_pmap.py', env=None):
+  command = [sys.executable, '-m', 'recipes.train', f'--config={config}',
+             f'--workdir={workdir}', '--config.num_train_steps=2', *flags]
+  return subprocess.run(
       command, cwd=ROOT, capture_output=True, text=True, timeout=300,
       env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '8',
            **(env or {})})
+
+
+def _train(tmp_path, *flags, workdir=None, **kwargs):
+  """The last line of a run that must fail cleanly."""
+  result = _run(workdir or tmp_path / 'work', *flags, **kwargs)
   assert result.returncode != 0, result.stderr[-2000:]
   assert 'Traceback' not in result.stderr, result.stderr[-3000:]
   return result.stderr.strip().splitlines()[-1]
@@ -69,5 +72,32 @@ def test_mnist_not_downloadable(tmp_path, empty_dir):
 
 def test_unknown_config_field_is_rejected(tmp_path):
   line = _train(tmp_path, '--config.batchsize=64')
-  assert line.startswith("error: unknown config field 'batchsize'")
-  assert '"batch_size"' in line
+  assert line == ("error: unknown config field 'batchsize'; did you mean "
+                  "'batch_size' or 'eval_batch_size'? See configs/default.py "
+                  'for all fields.')
+
+
+def test_config_file_missing(tmp_path):
+  line = _train(tmp_path, config='configs/no_such_config.py')
+  assert line == ("error: config file 'configs/no_such_config.py' not found; "
+                  'give the path of a config, e.g. '
+                  '--config=configs/fashion_mnist_pmap.py.')
+
+
+def test_config_file_with_a_syntax_error(tmp_path):
+  config = tmp_path / 'broken.py'
+  config.write_text('def get_config():\n  return dict(model=\n')
+  line = _train(tmp_path, config=str(config))
+  assert line.startswith(f"error: config file '{config}' has a syntax error "
+                         'in line 2: ')
+  assert line.endswith('; fix the file.')
+
+
+@pytest.mark.parametrize('flag, expected', [
+    ('--config.batch_size=abc', "config field batch_size must be an int, not "
+     "'abc'; e.g. --config.batch_size=128."),
+    ('--config.learning_rate=fast', "config field learning_rate must be a "
+     "float, not 'fast'; e.g. --config.learning_rate=0.1."),
+])
+def test_config_value_of_the_wrong_type(tmp_path, flag, expected):
+  assert _train(tmp_path, flag) == f'error: {expected}'
