@@ -1,10 +1,13 @@
 """Each bad input ends the real command with one clear line and no traceback."""
 
+import hashlib
 import os
 import subprocess
 import sys
 
 import pytest
+
+from tests.helpers import write_fashion_mnist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,6 +27,31 @@ def _train(tmp_path, *flags, workdir=None, **kwargs):
   assert result.returncode != 0, result.stderr[-2000:]
   assert 'Traceback' not in result.stderr, result.stderr[-3000:]
   return result.stderr.strip().splitlines()[-1]
+
+
+def _hashes(directory):
+  """{relative path: sha256} of every file under `directory`."""
+  found = {}
+  for parent, _, names in os.walk(directory):
+    for name in names:
+      path = os.path.join(parent, name)
+      with open(path, 'rb') as f:
+        found[os.path.relpath(path, directory)] = hashlib.sha256(
+            f.read()).hexdigest()
+  return found
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """(workdir, data flags) of a 2-step mlp run that saved a checkpoint."""
+  data = tmp_path_factory.mktemp('data')
+  write_fashion_mnist(str(data), num_train=128, num_test=16)
+  flags = (f'--config.data_dir={data}', '--config.batch_size=64')
+  workdir = tmp_path_factory.mktemp('trained')
+  result = _run(workdir, *flags, '--config.model=mlp')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert os.listdir(workdir / 'checkpoints') == ['2']
+  return workdir, flags
 
 
 @pytest.fixture
@@ -101,3 +129,49 @@ def test_config_file_with_a_syntax_error(tmp_path):
 ])
 def test_config_value_of_the_wrong_type(tmp_path, flag, expected):
   assert _train(tmp_path, flag) == f'error: {expected}'
+
+
+def test_workdir_not_writable(tmp_path):
+  # A directory under a regular file cannot be made, even by root.
+  (tmp_path / 'file').write_text('')
+  workdir = tmp_path / 'file' / 'work'
+  line = _train(tmp_path, workdir=workdir)
+  assert line == (f"error: cannot write to workdir '{workdir}' (Not a "
+                  'directory); choose a writable --workdir.')
+
+
+def test_mesh_does_not_match_the_devices(tmp_path):
+  line = _train(tmp_path, '--config.strategy=sharded', '--config.mesh.data=3')
+  assert line == ('error: mesh --config.mesh.data=3 --config.mesh.fsdp=1 '
+                  '--config.mesh.tensor=1 has 3 devices but there are 8; make '
+                  'the sizes multiply to 8, or set one of them to -1.')
+
+
+def test_nothing_to_train(tmp_path):
+  line = _train(tmp_path, '--config.num_train_steps=0',
+                '--config.num_epochs=0')
+  assert line == ('error: nothing to train: set --config.num_epochs or '
+                  '--config.num_train_steps to a positive value.')
+
+
+def test_checkpoint_of_another_model(tmp_path, trained):
+  workdir, data = trained
+  before = _hashes(workdir / 'checkpoints')
+  line = _train(tmp_path, *data, '--config.model=cnn', workdir=workdir)
+  assert line.startswith(f"error: the checkpoint {workdir}/checkpoints/2 does "
+                         'not fit this run: params/Conv_0/bias is missing '
+                         'there and shape (32,) here')
+  assert 'another model' in line and 'another --workdir' in line
+  assert _hashes(workdir / 'checkpoints') == before
+
+
+@pytest.mark.parametrize('flag, error', [
+    ('--config.batch_size=100', 'error: batch_size 100 is not divisible'),
+    ('--config.model=cnnn', "error: unknown model 'cnnn'"),
+])
+def test_bad_input_keeps_the_checkpoint(tmp_path, trained, flag, error):
+  workdir, data = trained
+  before = _hashes(workdir / 'checkpoints')
+  assert before
+  assert _train(tmp_path, *data, flag, workdir=workdir).startswith(error)
+  assert _hashes(workdir / 'checkpoints') == before
