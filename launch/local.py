@@ -9,6 +9,10 @@ the recipe's `recipes/distributed.py` turns them into
 `jax.distributed.initialize(...)`. Every output line is prefixed with its
 process index. As soon as one process fails, the others are stopped and the
 launcher exits with that process's status; it exits 0 when all succeed.
+
+Ctrl-C or SIGTERM to the launcher is passed on to every process as SIGTERM,
+which the recipe turns into a checkpoint and a clean stop; they get
+`--grace_seconds` for it before they are killed.
 """
 
 import argparse
@@ -54,7 +58,7 @@ def _interrupt(signum, frame):
 
 
 def launch(command: list[str], num_processes: int,
-           devices_per_process: int) -> int:
+           devices_per_process: int, grace_seconds: float = 120.0) -> int:
   # SIGTERM (e.g. from a scheduler) stops the children like Ctrl-C does.
   signal.signal(signal.SIGTERM, _interrupt)
   address = f'127.0.0.1:{_free_port()}'
@@ -75,7 +79,7 @@ def launch(command: list[str], num_processes: int,
     thread.start()
     threads.append(thread)
 
-  status = 0
+  status, grace = 0, 5.0
   try:
     while True:
       codes = [p.poll() for p in processes]  # Poll all: it sets returncode.
@@ -90,9 +94,11 @@ def launch(command: list[str], num_processes: int,
         break
       time.sleep(0.1)
   except KeyboardInterrupt:
-    status = 130
+    print('[launcher] interrupted: asking every process to stop.',
+          file=sys.stderr, flush=True)
+    grace = grace_seconds
   finally:
-    _stop(processes)
+    _stop(processes, grace)
     for thread in threads:
       thread.join(timeout=5)
   if status == 0:
@@ -107,6 +113,9 @@ def main(argv=None) -> int:
             '-- COMMAND...')
   parser.add_argument('--num_processes', type=int, required=True)
   parser.add_argument('--devices_per_process', type=int, default=1)
+  parser.add_argument('--grace_seconds', type=float, default=120.0,
+                      help='after Ctrl-C or SIGTERM, how long the processes '
+                      'may take to save a checkpoint and stop')
   parser.add_argument('command', nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ['--'] else args.command
@@ -114,7 +123,8 @@ def main(argv=None) -> int:
     parser.error('give the command to run after --')
   if args.num_processes < 1 or args.devices_per_process < 1:
     parser.error('--num_processes and --devices_per_process must be >= 1')
-  return launch(command, args.num_processes, args.devices_per_process)
+  return launch(command, args.num_processes, args.devices_per_process,
+                args.grace_seconds)
 
 
 if __name__ == '__main__':

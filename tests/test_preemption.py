@@ -1,0 +1,171 @@
+"""Real processes stopped by real signals: SIGKILL loses only the steps since
+the last checkpoint and the restart ends bitwise where an uninterrupted run
+does; SIGTERM stops cleanly (exit 0) at a step all processes agree on."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from configs import fashion_mnist_pmap
+from recipes import checkpoints, loop
+from tests.helpers import write_fashion_mnist
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_STEPS = 120
+OVERRIDES = dict(batch_size=64, num_train_steps=NUM_STEPS,
+                 learning_rate=0.02,
+                 checkpoint_every_steps=20, log_every_steps=40,
+                 eval_every_steps=NUM_STEPS)
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp('data')
+  write_fashion_mnist(str(path), num_train=256, num_test=16)
+  return str(path)
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(data_dir, tmp_path_factory):
+  """The final parameters of a run nothing stopped (in this process)."""
+  config = fashion_mnist_pmap.get_config()
+  config.update(dict(data_dir=data_dir, **OVERRIDES))
+  workdir = tmp_path_factory.mktemp('uninterrupted')
+  loop.train_and_evaluate(config, str(workdir))
+  return _final_params(workdir)
+
+
+def _final_params(workdir):
+  """The latest checkpoint's step and parameters, whatever wrote it."""
+  one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  with checkpoints.manager(str(workdir)) as mngr:
+    step = mngr.latest_step()
+    target = jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one_device),
+        dict(mngr.item_metadata(step)))
+    restored = checkpoints.restore(mngr, target, step)
+  return step, jax.tree.map(np.asarray, restored['params'])
+
+
+def _command(data_dir, workdir):
+  return [sys.executable, '-m', 'recipes.train',
+          '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
+          f'--config.data_dir={data_dir}',
+          *(f'--config.{k}={v}' for k, v in OVERRIDES.items())]
+
+
+def _start(command, **kwargs):
+  return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _wait_for_a_checkpoint(process, workdir, timeout=240):
+  """Returns once the run has saved a checkpoint and is still training."""
+  directory = os.path.join(workdir, 'checkpoints')
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    assert process.poll() is None, process.stdout.read()[-3000:]
+    if os.path.isdir(directory) and any(
+        name.isdigit() for name in os.listdir(directory)):
+      return
+    time.sleep(0.05)
+  process.kill()
+  pytest.fail('no checkpoint appeared')
+
+
+def _restart_and_compare(command, workdir, from_step, uninterrupted,
+                         exact=True):
+  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'Resuming from the checkpoint of step {from_step} ' in (
+      result.stderr + result.stdout)
+  step, params = _final_params(workdir)
+  assert step == uninterrupted[0] == NUM_STEPS
+  for a, b in zip(jax.tree.leaves(uninterrupted[1]), jax.tree.leaves(params)):
+    if exact:
+      np.testing.assert_array_equal(a, b)  # Bitwise.
+    else:
+      # Rounding differences grow over the steps (a small learning rate
+      # keeps them small); a wrong restore is far off.
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-3)
+
+
+def test_sigkill_then_restart_ends_bitwise_equal(data_dir, tmp_path,
+                                                 uninterrupted):
+  command = _command(data_dir, tmp_path)
+  process = _start(command)
+  _wait_for_a_checkpoint(process, str(tmp_path))
+  process.kill()
+  process.communicate(timeout=60)
+  assert process.returncode == -signal.SIGKILL
+  with checkpoints.manager(str(tmp_path)) as mngr:
+    latest = mngr.latest_step()
+  assert latest < NUM_STEPS  # Killed in the middle.
+  _restart_and_compare(command, tmp_path, latest, uninterrupted)
+
+
+def test_sigterm_stops_cleanly_with_a_checkpoint(data_dir, tmp_path,
+                                                uninterrupted):
+  # (SIGINT takes the same path; tests/test_reliability.py sends one.)
+  signum = signal.SIGTERM
+  command = _command(data_dir, tmp_path)
+  process = _start(command)
+  _wait_for_a_checkpoint(process, str(tmp_path))
+  process.send_signal(signum)
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 0, output[-3000:]
+  line = next(l for l in output.splitlines() if 'Stopped by' in l)
+  step = int(line.split(' after step ')[1].split()[0])
+  assert f'Stopped by {signal.Signals(signum).name} after step {step} of ' \
+         f'{NUM_STEPS}' in line and 'Run the same command again' in line
+  assert step < NUM_STEPS
+  with checkpoints.manager(str(tmp_path)) as mngr:
+    assert mngr.latest_step() == step
+  _restart_and_compare(command, tmp_path, step, uninterrupted)
+
+
+def _children(pid: int) -> dict[int, int]:
+  """{JAX process id: OS pid} of the launcher's child processes."""
+  found = {}
+  for name in filter(str.isdigit, os.listdir('/proc')):
+    try:
+      with open(f'/proc/{name}/stat') as f:
+        parent = int(f.read().rsplit(')', 1)[1].split()[1])
+      with open(f'/proc/{name}/environ', 'rb') as f:
+        env = dict(item.split(b'=', 1) for item in f.read().split(b'\0')
+                   if b'=' in item)
+    except (OSError, ValueError):
+      continue
+    if parent == pid and b'JAX_PROCESS_ID' in env:
+      found[int(env[b'JAX_PROCESS_ID'])] = int(name)
+  return found
+
+
+def test_sigterm_to_one_of_two_processes_stops_both_at_one_step(
+    data_dir, tmp_path, uninterrupted):
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(('JAX_COORDINATOR', 'JAX_PROCESS', 'JAX_NUM_PRO'))}
+  launch = [os.path.join(ROOT, 'launch', 'local.sh'), '--num_processes=2',
+            '--devices_per_process=4', '--']
+  command = launch + _command(data_dir, tmp_path)
+  process = _start(command, env={**env, 'PYTHON': sys.executable})
+  _wait_for_a_checkpoint(process, str(tmp_path))
+  # A preemption notice reaches one host only; the other must stop too.
+  os.kill(_children(process.pid)[1], signal.SIGTERM)
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 0, output[-3000:]
+  stops = [l for l in output.splitlines() if 'Stopped by SIGTERM' in l]
+  assert len(stops) == 2, output[-3000:]
+  steps = {int(l.split(' after step ')[1].split()[0]) for l in stops}
+  assert len(steps) == 1
+  step = steps.pop()
+  assert step < NUM_STEPS
+  # Two processes of four devices end where one of eight does, to rounding.
+  _restart_and_compare(command, tmp_path, step, uninterrupted, exact=False)
