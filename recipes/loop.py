@@ -9,6 +9,7 @@ Only the placement of state and batches and the compiled steps depend on
 import dataclasses
 import functools
 import math
+import os
 import time
 
 import flax.linen as nn
@@ -317,6 +318,9 @@ def _train(config, workdir, run, strategy, state, mngr):
     state, start_step = _restore_latest(mngr, strategy, state)
   if start_step == 0 and config.init_from:
     state = _init_from(config.init_from, strategy, state)
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   writer = metric_writers.create_default_writer(
       workdir, just_logging=jax.process_index() > 0)
   if start_step == 0:

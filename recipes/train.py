@@ -10,6 +10,7 @@ import logging as logging_lib
 import os
 import re
 import sys
+import tempfile
 
 import jax
 import ml_collections
@@ -94,13 +95,16 @@ def _hide_accelerators_from_tensorflow():
     tf.config.set_visible_devices([], kind)
 
 
-def _prepare_workdir(config, workdir: str):
-  """Creates the workdir; process 0 writes the final config there."""
+def _prepare_workdir(workdir: str):
+  """Creates the workdir and checks that files can be written there.
+
+  (The loop writes config.json once the config has passed its checks, so a
+  bad input leaves the one of the run before in place.)
+  """
   try:
     os.makedirs(workdir, exist_ok=True)
-    if jax.process_index() == 0:
-      with open(os.path.join(workdir, 'config.json'), 'w') as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
   except OSError as e:
     raise UserError(f'cannot write to workdir {workdir!r} ({e.strerror}); '
                     'choose a writable --workdir.') from e
@@ -115,7 +119,7 @@ def run(config, workdir: str, use_distributed: bool = False):
                  jax.__version__, jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.local_devices(),
                  jax.device_count())
-    _prepare_workdir(config, workdir)
+    _prepare_workdir(workdir)
     return loop.train_and_evaluate(config, workdir)
   except UserError as e:
     logging.debug('Details of the error below:', exc_info=True)

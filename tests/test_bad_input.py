@@ -156,13 +156,13 @@ def test_nothing_to_train(tmp_path):
 
 def test_checkpoint_of_another_model(tmp_path, trained):
   workdir, data = trained
-  before = _hashes(workdir / 'checkpoints')
+  before = _hashes(workdir)  # Checkpoints, config.json, summaries.
   line = _train(tmp_path, *data, '--config.model=cnn', workdir=workdir)
   assert line.startswith(f"error: the checkpoint {workdir}/checkpoints/2 does "
                          'not fit this run: params/Conv_0/bias is missing '
                          'there and shape (32,) here')
   assert 'another model' in line and 'another --workdir' in line
-  assert _hashes(workdir / 'checkpoints') == before
+  assert _hashes(workdir) == before
 
 
 @pytest.mark.parametrize('flag, error', [
@@ -171,7 +171,8 @@ def test_checkpoint_of_another_model(tmp_path, trained):
 ])
 def test_bad_input_keeps_the_checkpoint(tmp_path, trained, flag, error):
   workdir, data = trained
-  before = _hashes(workdir / 'checkpoints')
-  assert before
+  before = _hashes(workdir)
+  assert 'config.json' in before and 'checkpoints/2/_CHECKPOINT_METADATA' in (
+      before)
   assert _train(tmp_path, *data, flag, workdir=workdir).startswith(error)
-  assert _hashes(workdir / 'checkpoints') == before
+  assert _hashes(workdir) == before

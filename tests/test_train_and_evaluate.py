@@ -12,7 +12,8 @@ from recipes import datasets, loop, optimizers, train, train_state
 from recipes.pmap_strategy import PmapStrategy
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
-TAGS = {'train/loss', 'train/accuracy', 'train/learning_rate',
+TAGS = {'train/loss', 'train/accuracy', 'train/grad_norm',
+        'train/learning_rate',
         'train/steps_per_sec', 'eval/loss', 'eval/accuracy'}
 
 
