@@ -9,7 +9,9 @@
 #
 #   pip download clu==0.0.12 --no-deps -d .whl/     # .whl/ is git-ignored
 #
-# then run it with the device tool (about 6-8 minutes of device time):
+# then run it with the device tool (estimated 6-8 minutes of device time;
+# not yet tried on the GPU: results.jsonl and log.txt grow run by run, so a
+# time-out still returns the runs before it):
 #
 #   run(command="bash bench/h200.sh", carry=[".whl"], timeout_s=540)
 #
