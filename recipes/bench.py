@@ -48,7 +48,8 @@ from recipes.pmap_strategy import PmapStrategy
 from recipes.sharded_strategy import ShardedStrategy, make_mesh
 
 STRATEGIES = ('jit', 'pmap', 'sharded')
-DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16,
+          'float16': jnp.float16}  # float16 with dynamic loss scaling.
 
 # Dense bfloat16 peak TFLOP/s of one device, matched in order on the lower-case
 # jax `device_kind` (TPU v5e reports 'TPU v5 lite', v5p 'TPU v5', v6e
@@ -187,18 +188,18 @@ class Setup:
   batch_shards: int  # How many ways the batch is split.
 
 
-def _jit(model, tx, shape, devices, batch, rng) -> Setup:
+def _jit(model, tx, shape, devices, batch, rng, options) -> Setup:
   step = jax.jit(functools.partial(steps.train_step, axis_name=None),
                  donate_argnums=(0,))
   with jax.default_device(devices[0]):
-    state = train_state.create(model, tx, shape, rng)
+    state = train_state.create(model, tx, shape, rng, **options)
   return Setup(step, state, jax.device_put(batch, devices[0]), jax.device_get,
                1)
 
 
-def _pmap(model, tx, shape, devices, batch, rng) -> Setup:
+def _pmap(model, tx, shape, devices, batch, rng, options) -> Setup:
   strategy = PmapStrategy()
-  state = train_state.create(model, tx, shape, rng)
+  state = train_state.create(model, tx, shape, rng, **options)
   if len(devices) == strategy.num_local_devices:
     state = strategy.place_state(state)
   else:  # The pmapped step runs on as many devices as its inputs span.
@@ -213,12 +214,13 @@ def _pmap(model, tx, shape, devices, batch, rng) -> Setup:
                len(devices))
 
 
-def _sharded(model, tx, shape, devices, batch, rng, name, mesh) -> Setup:
+def _sharded(model, tx, shape, devices, batch, rng, options, name,
+             mesh) -> Setup:
   mesh = make_mesh(_mesh_sizes(mesh), devices)
   shards = mesh.shape['data'] * mesh.shape['fsdp']
   check_divisible(len(batch['label']), shards, 'batch shards (data x fsdp)')
   strategy = ShardedStrategy(mesh, model, tx, shape,
-                             rules=zoo.default_rules(name))
+                             rules=zoo.default_rules(name), **options)
   return Setup(strategy.train_step, strategy.create_state(rng),
                next(strategy.place_batches([batch])), strategy.to_host, shards)
 
@@ -331,8 +333,10 @@ def run(args) -> dict:
   log(f'{args.model} {args.dtype}, batch {args.batch_size}, {args.strategy} '
        f'on {len(devices)} {devices[0].platform} device(s) '
        f'({devices[0].device_kind}); compiling...')
+  # As the recipes train in float16: with flax's DynamicScale.
+  options = dict(loss_scaling=args.dtype == 'float16')
   setup = prepare(model, tx, shape, devices, batch,
-                  jax.random.PRNGKey(args.seed))
+                  jax.random.PRNGKey(args.seed), options)
   first, times, state, metrics = time_steps(setup, args.warmup, args.steps)
   log(f'first call {first:.2f} s; timed {args.steps} steps.')
   loss = float(setup.to_host(metrics).compute()['loss'])

@@ -55,6 +55,12 @@ def test_bfloat16_and_profile(tmp_path, capsys):
   assert 'largest host ops of one step' in capsys.readouterr().err
 
 
+def test_float16_trains_with_loss_scaling(tmp_path):
+  r = _run_json(tmp_path, '--dtype=float16', '--strategy=sharded',
+                '--devices=2')
+  assert r['dtype'] == 'float16' and math.isfinite(r['final_loss'])
+
+
 def test_peak_table():
   assert bench.peak_tflops('NVIDIA H200') == 989
   assert bench.peak_tflops('NVIDIA A100-SXM4-80GB') == 312
