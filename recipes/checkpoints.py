@@ -96,10 +96,16 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
   """(state, step) from the latest readable checkpoint, or (None, 0).
 
   A checkpoint that cannot be read (truncated files, missing metadata) is set
-  aside with a warning and the one before it is tried. One written for another
+  aside with a warning and the one before it is tried; an unfinished one (a
+  leftover temporary directory) is ignored with a warning. One written for another
   model or optimizer is a UserError: it is kept and nothing is overwritten.
   """
   wanted = _shapes(target)
+  for name in sorted(os.listdir(mngr.directory)):
+    if '.orbax-checkpoint-tmp' in name:  # Orbax never lists these as steps.
+      logging.warning('Ignoring %s: an unfinished checkpoint (the run was '
+                      'stopped while saving it).',
+                      os.path.join(str(mngr.directory), name))
   for step in sorted(mngr.all_steps(), reverse=True):
     where = os.path.join(str(mngr.directory), str(step))
     try:

@@ -3,6 +3,7 @@ uninterrupted one does."""
 
 import logging
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -82,11 +83,15 @@ def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
   _run(data_dir, tmp_path / 'straight', 8)
   _run(data_dir, tmp_path / 'broken', 5)
   latest = tmp_path / 'broken' / 'checkpoints' / '5'
+  # A save that never finished leaves a temporary directory behind.
+  unfinished = latest.parent / '7.orbax-checkpoint-tmp-1795990000'
+  shutil.copytree(latest, unfinished)
   for path, size in _files(latest):  # Every file cut in half.
     with open(path, 'r+b') as f:
       f.truncate(size // 2)
   with caplog.at_level(logging.INFO):
     _run(data_dir, tmp_path / 'broken', 8)
+  assert f'Ignoring {unfinished}: an unfinished checkpoint' in caplog.text
   assert f'Checkpoint {latest} cannot be read' in caplog.text
   assert 'Resuming from the checkpoint of step 3' in caplog.text
   assert (tmp_path / 'broken' / 'checkpoints' / '5.unreadable').is_dir()
