@@ -349,7 +349,6 @@ def _train(config, workdir, run, strategy, state, mngr):
   pending = _PendingMetrics(strategy, stop_on_nonfinite=not skipping)
   last_log = (start_step, time.monotonic())
   eval_summary = None
-  step = start_step
   with preemption.StopRequest() as stop:
     for step, state, metrics in train_steps(strategy, state, batches,
                                             start_step + 1, num_steps):
