@@ -1,7 +1,6 @@
 """End to end: the real loop, data pipeline and CLU writers for a few steps."""
 
 import json
-import os
 from unittest import mock
 
 import jax
