@@ -43,7 +43,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import zoo
 from recipes import steps, train_state
-from recipes.errors import UserError
+from recipes.errors import UserError, check_divisible
 from recipes.pmap_strategy import PmapStrategy
 from recipes.sharded_strategy import ShardedStrategy, make_mesh
 
@@ -218,17 +218,12 @@ def _sharded(model, tx, shape, devices, batch, rng, options, name,
              mesh) -> Setup:
   mesh = make_mesh(_mesh_sizes(mesh), devices)
   shards = mesh.shape['data'] * mesh.shape['fsdp']
-  check_divisible(len(batch['label']), shards, 'batch shards (data x fsdp)')
+  check_divisible('batch_size', len(batch['label']), shards,
+                  'batch shards (mesh data x fsdp)')
   strategy = ShardedStrategy(mesh, model, tx, shape,
                              rules=zoo.default_rules(name), **options)
   return Setup(strategy.train_step, strategy.create_state(rng),
                next(strategy.place_batches([batch])), strategy.to_host, shards)
-
-
-def check_divisible(batch_size: int, parts: int, what: str):
-  if batch_size % parts:
-    raise UserError(f'batch_size {batch_size} is not divisible by the {parts} '
-                    f'{what}; use a multiple of {parts}.')
 
 
 def time_steps(setup: Setup, warmup: int, num_steps: int):
@@ -319,7 +314,7 @@ def run(args) -> dict:
   shape = image_shape(args.model, kwargs)
   devices = select_devices(args)
   if args.strategy == 'pmap':
-    check_divisible(args.batch_size, len(devices), 'devices')
+    check_divisible('batch_size', args.batch_size, len(devices))
   rng = np.random.default_rng(args.seed)
   batch = {'image': rng.standard_normal((args.batch_size, *shape),
                                         np.float32),

@@ -25,23 +25,12 @@ from flax import traverse_util
 import zoo
 from recipes import (checkpoints, datasets, input_pipeline, optimizers,
                      preemption, sharded_strategy, streaming, train_state)
-from recipes.errors import UserError
+from recipes.errors import UserError, check_divisible
 from recipes.pmap_strategy import PmapStrategy
 from recipes.preprocess import Preprocessing
 from recipes.sharded_strategy import ShardedStrategy
 
 STRATEGIES = ('pmap', 'sharded')
-
-
-def check_divisible(name: str, batch_size: int, num_devices: int,
-                    devices: str = 'devices'):
-  if batch_size <= 0 or batch_size % num_devices:
-    below = max(num_devices, batch_size // num_devices * num_devices)
-    above = (batch_size // num_devices + 1) * num_devices
-    nearest = f'{below} or {above}' if below != above else f'{above}'
-    raise UserError(
-        f'{name} {batch_size} is not divisible by the {num_devices} {devices}; '
-        f'use a multiple of {num_devices}, e.g. {nearest}.')
 
 
 def _batch_divisor(config) -> tuple[int, str]:
