@@ -14,6 +14,7 @@ at once).
 
 import os
 import signal
+import threading
 
 import jax
 from absl import logging
@@ -34,6 +35,8 @@ class StopRequest:
     self._multi_process = jax.process_count() > 1
     # SIGTERM stays with JAX's notifier when there are several processes.
     handled = (signal.SIGINT,) if self._multi_process else SIGNALS
+    if threading.current_thread() is not threading.main_thread():
+      handled = ()  # Python takes signals in the main thread only.
     for signum in handled:
       self._previous[signum] = signal.signal(signum, self._handle)
     return self

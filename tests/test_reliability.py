@@ -3,13 +3,14 @@ requested by a real signal, through the real loop (in-process)."""
 
 import os
 import signal
+import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recipes import checkpoints, loop
+from recipes import checkpoints, loop, preemption
 from recipes.errors import UserError
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
@@ -158,3 +159,22 @@ def test_a_signal_during_evaluation_stops_with_a_checkpoint(
   summary = loop.train_and_evaluate(config, str(tmp_path))  # Resumes.
   assert np.isfinite(summary['loss'])
   assert sorted(read_scalars(str(tmp_path))['eval/loss']) == [6]
+
+
+def test_stop_request_installs_and_restores_handlers_in_the_main_thread():
+  before = signal.getsignal(signal.SIGTERM)
+  with preemption.StopRequest() as stop:
+    assert signal.getsignal(signal.SIGTERM) == stop._handle
+    assert not stop.should_stop()
+  assert signal.getsignal(signal.SIGTERM) == before
+  # Elsewhere Python cannot take signals: no handler, and no error.
+  answers = []
+
+  def elsewhere():
+    with preemption.StopRequest() as other:
+      answers.append(other.should_stop())
+
+  thread = threading.Thread(target=elsewhere)
+  thread.start()
+  thread.join(timeout=60)
+  assert answers == [False]
