@@ -60,6 +60,11 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int):
     raise UserError(str(e)) from None
 
 
+def _merge_all(metrics_list):
+  """One metrics collection from many (already on the host)."""
+  return functools.reduce(lambda a, b: a.merge(b), metrics_list)
+
+
 class _PendingMetrics:
   """Train metrics since the last summary, checked for non-finite values.
 
@@ -86,7 +91,7 @@ class _PendingMetrics:
   def summary(self) -> dict:
     """The merged metrics since the last summary, computed."""
     self.check()
-    merged = functools.reduce(lambda a, b: a.merge(b), self._checked)
+    merged = _merge_all(self._checked)
     self._checked = []
     with np.errstate(invalid='ignore'):  # 0/0 when every step was skipped.
       return merged.compute()
@@ -124,8 +129,7 @@ def evaluate(strategy, state, data, batch_size: int, should_stop=None):
     if should_stop and should_stop():
       return None
     metrics.append(strategy.eval_step(state, batch))
-  return functools.reduce(lambda a, b: a.merge(b),
-                          (strategy.to_host(m) for m in metrics))
+  return _merge_all(strategy.to_host(m) for m in metrics)
 
 
 def _num_train_steps(config, per_epoch: int) -> int:
@@ -290,8 +294,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     return evaluate_checkpoint(config, workdir)
   run = setup(config)
   strategy, state = create_strategy(config, run)
-  save_every = config.checkpoint_every_steps
-  if save_every < 0:
+  if config.checkpoint_every_steps < 0:
     return _train(config, workdir, run, strategy, state, None)
   with checkpoints.manager(workdir, config.keep_checkpoints) as mngr:
     return _train(config, workdir, run, strategy, state, mngr)
@@ -334,7 +337,7 @@ def _train(config, workdir, run, strategy, state, mngr):
       num_steps=num_steps))
   report_progress = periodic_actions.ReportProgress(
       num_train_steps=num_steps, every_secs=30)
-  skipping = state.skip_nonfinite or state.dynamic_scale is not None
+  skipping = state.skips_nonfinite_updates
   pending = _PendingMetrics(strategy, stop_on_nonfinite=not skipping)
   last_log = (start_step, time.monotonic())
   eval_summary = None

@@ -65,8 +65,7 @@ def train_step(state: TrainState, batch, axis_name: str | None = None):
   """One optimizer update on `batch`; returns the new state and its metrics.
 
   A non-finite loss or gradient norm is reported in the metrics; the update
-  is skipped instead if the state says so (`skip_nonfinite`, or float16 loss
-  scaling, where overflowing steps are expected).
+  is skipped instead if the state says so (`skips_nonfinite_updates`).
   """
 
   def loss_fn(params):
@@ -88,10 +87,9 @@ def train_step(state: TrainState, batch, axis_name: str | None = None):
   finite = jnp.isfinite(mean_loss) & jnp.isfinite(grad_norm)
   new_state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
 
-  skip = state.skip_nonfinite or state.dynamic_scale is not None
   outputs = dict(loss=loss, logits=logits, labels=batch['label'],
                  grad_norm=jnp.full_like(loss, grad_norm))
-  if skip:
+  if state.skips_nonfinite_updates:
     new_state = _keep_if_not(finite, new_state, state)
     # Skipped steps count apart and stay out of the averages.
     outputs.update(skipped=~finite, mask=jnp.broadcast_to(finite, loss.shape))

@@ -22,6 +22,12 @@ class TrainState(train_state.TrainState):
   dynamic_scale: dynamic_scale_lib.DynamicScale | None = None
   skip_nonfinite: bool = struct.field(pytree_node=False, default=False)
 
+  @property
+  def skips_nonfinite_updates(self) -> bool:
+    """Whether an update with a non-finite loss or gradient is skipped: when
+    asked, and always under float16 loss scaling, which expects overflows."""
+    return self.skip_nonfinite or self.dynamic_scale is not None
+
 
 def _init_fn(model: nn.Module, tx: optax.GradientTransformation,
              image_shape: tuple[int, ...], loss_scaling: bool = False,
