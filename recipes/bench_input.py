@@ -22,7 +22,6 @@ import argparse
 import time
 
 import numpy as np
-import tensorflow as tf
 
 from recipes import bench, input_pipeline
 from recipes.errors import UserError
@@ -54,9 +53,7 @@ def pipeline_batches_per_sec(shape, preprocessing: Preprocessing,
 
 def run(args: argparse.Namespace) -> dict:
   """Pipeline rates, the train step's rate and their ratios, as a dict."""
-  # tf.data runs on the host; TensorFlow must not take accelerator memory.
-  for kind in ('GPU', 'TPU'):
-    tf.config.set_visible_devices([], kind)
+  input_pipeline.hide_accelerators_from_tensorflow()
   if args.input_examples < args.batch_size:
     raise UserError(f'--input_examples={args.input_examples} is '
                           f'smaller than one batch of {args.batch_size}.')

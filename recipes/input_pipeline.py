@@ -37,6 +37,12 @@ def num_eval_steps(num_examples: int, batch_size: int) -> int:
   return math.ceil(num_examples / batch_size)
 
 
+def hide_accelerators_from_tensorflow():
+  """tf.data runs on the host: TensorFlow must not take GPU/TPU memory."""
+  for kind in ('GPU', 'TPU'):
+    tf.config.set_visible_devices([], kind)
+
+
 def as_numpy(ds: tf.data.Dataset) -> Iterator[Batch]:
   return ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
 

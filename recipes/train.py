@@ -14,12 +14,10 @@ import tempfile
 
 import jax
 import ml_collections
-import tensorflow as tf
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from recipes import distributed
-from recipes import loop
+from recipes import distributed, input_pipeline, loop
 from recipes.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -89,12 +87,6 @@ class _OnlyWarningsFromLibraries(logging_lib.Filter):
         f'{os.sep}orbax{os.sep}' not in record.pathname)
 
 
-def _hide_accelerators_from_tensorflow():
-  # tf.data runs on the host; TensorFlow must not grab GPU/TPU memory.
-  for kind in ('GPU', 'TPU'):
-    tf.config.set_visible_devices([], kind)
-
-
 def _prepare_workdir(workdir: str):
   """Creates the workdir and checks that files can be written there.
 
@@ -113,7 +105,7 @@ def _prepare_workdir(workdir: str):
 def run(config, workdir: str, use_distributed: bool = False):
   """Trains with `config` in `workdir`; a UserError exits with one line."""
   try:
-    _hide_accelerators_from_tensorflow()
+    input_pipeline.hide_accelerators_from_tensorflow()
     distributed.initialize(use_distributed)
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',
                  jax.__version__, jax.process_index(), jax.process_count(),
