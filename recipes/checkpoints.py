@@ -152,9 +152,8 @@ def load_params(path: str, target) -> tuple[dict, list[str]]:
   directory = _step_directory(path)
   handler = ocp.PyTreeCheckpointHandler()
   try:
-    saved = handler.metadata(epath.Path(directory, 'default')).tree
-    saved = {name: tuple(leaf.shape) for name, leaf in
-             traverse_util.flatten_dict(saved['params'], sep='/').items()}
+    saved = _shapes(
+        handler.metadata(epath.Path(directory, 'default')).tree['params'])
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f'cannot read the checkpoint {directory} for '
                     f'--config.init_from ({type(e).__name__}: '
