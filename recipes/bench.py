@@ -188,9 +188,15 @@ class Setup:
   batch_shards: int  # How many ways the batch is split.
 
 
-def _jit(model, tx, shape, devices, batch, rng, options) -> Setup:
-  step = jax.jit(functools.partial(steps.train_step, axis_name=None),
+def bare_train_step():
+  """The shared train step under a plain `jax.jit`, the state donated: the
+  reference the recipes' strategies are measured against."""
+  return jax.jit(functools.partial(steps.train_step, axis_name=None),
                  donate_argnums=(0,))
+
+
+def _jit(model, tx, shape, devices, batch, rng, options) -> Setup:
+  step = bare_train_step()
   with jax.default_device(devices[0]):
     state = train_state.create(model, tx, shape, rng, **options)
   return Setup(step, state, jax.device_put(batch, devices[0]), jax.device_get,

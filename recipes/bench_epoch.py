@@ -9,14 +9,13 @@ Prints a table of images/s. Use JAX_NUM_CPU_DEVICES / the device count to
 choose how many devices the pmap recipe uses (default: all local devices).
 """
 
-import functools
 import time
 
 import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from recipes import loop, steps
+from recipes import bench, loop
 from recipes.pmap_strategy import PmapStrategy
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -46,8 +45,7 @@ def time_pmap_recipe(run, config) -> float:
 
 
 def time_bare_jit(run, config) -> float:
-  step = jax.jit(functools.partial(steps.train_step, axis_name=None),
-                 donate_argnums=(0,))
+  step = bench.bare_train_step()
   # A copy: the donated step must not consume the shared initial state.
   state = jax.tree.map(lambda x: x.copy(), run.state)
   state, _ = step(state, next(_epoch_batches(run, config)))
