@@ -6,11 +6,13 @@ import os
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 import tensorflow as tf
 
 from configs import default
+from recipes import checkpoints
 
 
 def tiny_config(**overrides):
@@ -40,6 +42,19 @@ def write_fashion_mnist(data_dir: str, num_train: int, num_test: int,
     write_idx(os.path.join(data_dir, f'{prefix}-labels-idx1-ubyte.gz'), labels)
     arrays[prefix] = (images, labels)
   return arrays
+
+
+def saved_params(workdir, step=None):
+  """(step, parameters as numpy) of a checkpoint in `workdir` (default: the
+  latest), whatever mesh or number of processes wrote it."""
+  one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  with checkpoints.manager(str(workdir)) as mngr:
+    step = mngr.latest_step() if step is None else step
+    target = jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one_device),
+        dict(mngr.item_metadata(step)))
+    restored = checkpoints.restore(mngr, target, step)
+  return step, jax.tree.map(np.asarray, restored['params'])
 
 
 def read_scalars(workdir):

@@ -14,7 +14,7 @@ import pytest
 
 from configs import fashion_mnist_pmap
 from recipes import checkpoints, loop
-from tests.helpers import write_fashion_mnist
+from tests.helpers import saved_params, write_fashion_mnist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_STEPS = 120
@@ -37,19 +37,7 @@ def uninterrupted(data_dir, tmp_path_factory):
   config.update(dict(data_dir=data_dir, **OVERRIDES))
   workdir = tmp_path_factory.mktemp('uninterrupted')
   loop.train_and_evaluate(config, str(workdir))
-  return _final_params(workdir)
-
-
-def _final_params(workdir):
-  """The latest checkpoint's step and parameters, whatever wrote it."""
-  one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  with checkpoints.manager(str(workdir)) as mngr:
-    step = mngr.latest_step()
-    target = jax.tree.map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one_device),
-        dict(mngr.item_metadata(step)))
-    restored = checkpoints.restore(mngr, target, step)
-  return step, jax.tree.map(np.asarray, restored['params'])
+  return saved_params(workdir)
 
 
 def _command(data_dir, workdir):
@@ -85,7 +73,7 @@ def _restart(command, workdir, from_step):
   assert result.returncode == 0, result.stderr[-3000:]
   assert f'Resuming from the checkpoint of step {from_step} ' in (
       result.stderr + result.stdout)
-  return _final_params(workdir)
+  return saved_params(workdir)
 
 
 def _assert_bitwise_equal(final, uninterrupted):

@@ -12,7 +12,8 @@ import pytest
 
 from recipes import checkpoints, loop, preemption
 from recipes.errors import UserError
-from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
+from tests.helpers import (read_scalars, saved_params, tiny_config,
+                           write_fashion_mnist)
 
 
 @pytest.fixture(scope='module')
@@ -28,12 +29,6 @@ def _config(data_dir, **overrides):
       'model_kwargs': {'hidden_sizes': (32,)}, 'num_train_steps': 6,
       'checkpoint_every_steps': 2, 'log_every_steps': 1,
       'eval_every_steps': 6, **overrides})
-
-
-def _params(workdir, step=None):
-  with checkpoints.manager(str(workdir)) as mngr:
-    restored = mngr.restore(step or mngr.latest_step())
-  return jax.tree.map(np.asarray, restored['params'])
 
 
 # A learning rate this large overflows the weights within a few steps.
@@ -56,7 +51,7 @@ def test_a_diverging_run_stops_naming_the_step_and_keeps_checkpoints(
     steps = mngr.all_steps()
   assert all(step < bad_step for step in steps)
   for step in steps:
-    for leaf in jax.tree.leaves(_params(tmp_path, step)):
+    for leaf in jax.tree.leaves(saved_params(tmp_path, step)[1]):
       assert np.isfinite(leaf).all()
 
 
@@ -70,10 +65,10 @@ def test_skip_nonfinite_updates_skips_and_counts_them(data_dir, tmp_path):
                                             6: 1}
   assert np.isfinite(scalars['train/grad_norm'][1])
   # The bad updates never landed: the weights stay those after step 1.
-  after_step_1 = _params(tmp_path, 2)
+  after_step_1 = saved_params(tmp_path, 2)[1]
   for step in (4, 6):
     for a, b in zip(jax.tree.leaves(after_step_1),
-                    jax.tree.leaves(_params(tmp_path, step))):
+                    jax.tree.leaves(saved_params(tmp_path, step)[1])):
       assert np.isfinite(b).all()
       np.testing.assert_array_equal(a, b)
 
@@ -96,7 +91,7 @@ def test_half_precision_computes_in_half_and_keeps_float32_state(
   assert (run.state.dynamic_scale is not None) == (dtype == 'float16')
   summary = loop.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(summary['loss'])
-  for leaf in jax.tree.leaves(_params(tmp_path)):
+  for leaf in jax.tree.leaves(saved_params(tmp_path)[1]):
     assert leaf.dtype == np.float32 and np.isfinite(leaf).all()
   if dtype == 'float16':  # The loss scale is saved and restored with the rest.
     with checkpoints.manager(str(tmp_path)) as mngr:
@@ -107,14 +102,14 @@ def test_half_precision_computes_in_half_and_keeps_float32_state(
 def test_init_from_loads_the_parameters_that_fit(data_dir, tmp_path, caplog):
   source = tmp_path / 'source'
   loop.train_and_evaluate(_config(data_dir), str(source))
-  trained = _params(source)
+  trained = saved_params(source)[1]
   # A second hidden layer has no counterpart there: it starts from scratch;
   # a zero learning rate keeps what was loaded as it was.
   config = _config(data_dir, init_from=str(source), learning_rate=0.0,
                    model_kwargs={'hidden_sizes': (32, 32)})
   with caplog.at_level('WARNING'):
     loop.train_and_evaluate(config, str(tmp_path / 'tuned'))
-  tuned = _params(tmp_path / 'tuned')
+  tuned = saved_params(tmp_path / 'tuned')[1]
   np.testing.assert_array_equal(tuned['Dense_0']['kernel'],
                                 trained['Dense_0']['kernel'])
   assert 'Dense_1/kernel' in caplog.text  # Its shape differs: kept as init.

@@ -11,7 +11,7 @@ import pytest
 
 from recipes import checkpoints, loop
 from recipes.errors import UserError
-from tests.helpers import tiny_config, write_fashion_mnist
+from tests.helpers import saved_params, tiny_config, write_fashion_mnist
 
 
 @pytest.fixture(scope='module')
@@ -30,13 +30,6 @@ def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn'):
   return loop.train_and_evaluate(config, str(workdir))
 
 
-def _latest_params(workdir):
-  mngr = checkpoints.manager(str(workdir))
-  step = mngr.latest_step()
-  restored = mngr.restore(step)
-  return step, jax.tree.map(np.asarray, restored['params'])
-
-
 @pytest.mark.parametrize('strategy', ['pmap', 'sharded'])
 def test_restart_resumes_and_matches_an_uninterrupted_run(
     data_dir, tmp_path, caplog, strategy):
@@ -46,8 +39,8 @@ def test_restart_resumes_and_matches_an_uninterrupted_run(
   with caplog.at_level(logging.INFO):
     _run(data_dir, tmp_path / 'restarted', 8, strategy)
   assert 'Resuming from the checkpoint of step 5' in caplog.text
-  step, straight = _latest_params(tmp_path / 'straight')
-  resumed_step, resumed = _latest_params(tmp_path / 'restarted')
+  step, straight = saved_params(tmp_path / 'straight')
+  resumed_step, resumed = saved_params(tmp_path / 'restarted')
   assert step == resumed_step == 8
   for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
     np.testing.assert_array_equal(a, b)  # Bitwise: same data, same steps.
@@ -59,8 +52,8 @@ def test_a_pmap_checkpoint_resumes_under_the_sharded_recipe(data_dir,
   _run(data_dir, tmp_path / 'mixed', 5, 'pmap')
   summary = _run(data_dir, tmp_path / 'mixed', 8, 'sharded')
   assert np.isfinite(summary['loss'])
-  _, expected = _latest_params(tmp_path / 'pmap')
-  _, got = _latest_params(tmp_path / 'mixed')
+  _, expected = saved_params(tmp_path / 'pmap')
+  _, got = saved_params(tmp_path / 'mixed')
   for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -95,8 +88,8 @@ def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
   assert f'Checkpoint {latest} cannot be read' in caplog.text
   assert 'Resuming from the checkpoint of step 3' in caplog.text
   assert (tmp_path / 'broken' / 'checkpoints' / '5.unreadable').is_dir()
-  _, straight = _latest_params(tmp_path / 'straight')
-  _, resumed = _latest_params(tmp_path / 'broken')
+  _, straight = saved_params(tmp_path / 'straight')
+  _, resumed = saved_params(tmp_path / 'broken')
   for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
     np.testing.assert_array_equal(a, b)
 
