@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The H200 benchmark, in one device call: ResNet-50 and ViT-B/16, bfloat16,
 # batch 256, the train step under jit, pmap and sharded on one GPU, plus a
-# one-step profile of each model and ViT-B/16 with cuDNN attention.
+# one-step profile of each model. ViT runs with its default attention ('auto':
+# cuDNN's fused kernel where it takes the shapes) and once with XLA's, to see
+# what the fused kernel buys.
 #
-# The machine has jax, flax, optax and absl but no clu, which the step's
-# metrics import (recipes/metrics.py); recipes.bench needs no TensorFlow, TFDS
-# or ml_collections. Before the call, on the development machine:
+# The machine has jax, flax, optax, orbax and absl but no clu, which the
+# step's metrics import (recipes/metrics.py); recipes.bench needs no
+# TensorFlow, TFDS or ml_collections. Before the call, on the development
+# machine (clu's own needs are all there, so --no-deps):
 #
 #   pip download clu==0.0.12 --no-deps -d .whl/     # .whl/ is git-ignored
 #
@@ -34,8 +37,11 @@ LOG="$OUT/log.txt"
 } >"$OUT/env.txt" 2>&1
 
 if ! $PY -c 'import clu' 2>/dev/null; then
-  $PY -m pip install --quiet --no-deps --no-index .whl/*.whl >>"$LOG" 2>&1 ||
+  # Beside the system's packages, not into them: /tmp/site on PYTHONPATH.
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 ||
     echo "clu is missing and .whl/ holds no wheel: see the header" >>"$LOG"
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
 TRACES=/tmp/h200_traces
@@ -61,7 +67,7 @@ bench ${CONVNET}_pmap --model="$CONVNET" --strategy=pmap
 bench ${CONVNET}_sharded --model="$CONVNET" --strategy=sharded
 bench ${VIT}_pmap --model="$VIT" --strategy=pmap
 bench ${VIT}_sharded --model="$VIT" --strategy=sharded
-bench ${VIT}_jit_cudnn --model="$VIT" --strategy=jit --attention_impl=cudnn
+bench ${VIT}_jit_xla --model="$VIT" --strategy=jit --attention_impl=xla
 
 tar -czf "$OUT/traces.tar.gz" -C "$TRACES" . 2>>"$LOG"
 if [ "$(stat -c %s "$OUT/traces.tar.gz")" -gt 15000000 ]; then
@@ -78,9 +84,10 @@ print('| model | strategy | attention | compile s | step ms | images/s '
 print('|---|---|---|---|---|---|---|---|---|')
 for line in open(sys.argv[1]):
   r = json.loads(line)
+  vit = r['model'].startswith('vit')
   mem = r['peak_memory_bytes']
   print(f"| {r['model']} | {r['strategy']} "
-        f"| {r['model_kwargs'].get('attention_impl', 'xla')} "
+        f"| {r['model_kwargs'].get('attention_impl', vit and 'auto' or '-')} "
         f"| {r['compile_time_s']:.1f} | {r['step_time_median_s'] * 1e3:.1f} "
         f"| {r['images_per_sec']:,.0f} | {r['tflops_per_sec']:.0f} "
         f"| {'-' if r['mfu'] is None else format(r['mfu'], '.1%')} "

@@ -102,8 +102,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  help='extra zoo.create arguments, e.g. patch_size=4,'
                       'image_size=32')
   p.add_argument('--attention_impl', default=None,
-                 help='ViTs: jax.nn.dot_product_attention implementation '
-                      '(xla, cudnn)')
+                 choices=('auto', 'xla', 'cudnn'),
+                 help="ViTs: jax.nn.dot_product_attention's implementation; "
+                      "default: the model's ('auto': cuDNN on GPU where it "
+                      "takes the shapes, else XLA)")
   p.add_argument('--seed', type=int, default=0)
   p.add_argument('--json', default=None, help='write the results here')
   p.add_argument('--profile', default=None,
@@ -152,7 +154,8 @@ def forward_flops_per_image(name: str, shape, kwargs) -> int:
   # The zoo's count from the traced forward pass, not XLA's compiled cost
   # analysis: on GPU that misses convolutions and attention that become
   # library calls. cuDNN attention is one opaque call in the trace too, so
-  # count the same math with the default (einsum) attention.
+  # count the same math traced in float32, where 'auto' attention is XLA's
+  # einsums.
   kwargs = {k: v for k, v in kwargs.items() if k != 'attention_impl'}
   return round(zoo.model_info(name, shape, **kwargs).gflops * 1e9)
 
@@ -289,9 +292,13 @@ def largest_ops(path: str, top: int = 20) -> str:
       thread = names.get(('thread_name', e['pid'], e.get('tid')), '?')
       thread = thread.split('/')[0]  # One row for a pool's threads.
       totals[thread, e['name']] += e.get('dur', 0)
+  per_thread = collections.Counter()
+  for (thread, _), us in totals.items():
+    per_thread[thread] += us
   lines = [f'largest {"device" if device else "host"} ops of one step '
-           '(total microseconds, thread, op):']
-  lines += [f'{us:12.1f}  {thread[:24]:24}  {name[:90]}'
+           '(total microseconds, share of their thread\'s time, thread, op):']
+  lines += [f'{us:12.1f}  {us / (per_thread[thread] or 1):6.1%}  {thread[:24]:24}  '
+            f'{name[:90]}'
             for (thread, name), us in totals.most_common(top)]
   return '\n'.join(lines)
 

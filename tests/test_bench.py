@@ -1,6 +1,7 @@
 """The benchmark command: its JSON, its FLOP count, its imports, its errors."""
 
 import glob
+import gzip
 import json
 import math
 import os
@@ -53,6 +54,41 @@ def test_bfloat16_and_profile(tmp_path, capsys):
   assert glob.glob(f'{tmp_path}/trace/**/perfetto_trace.json.gz',
                    recursive=True)
   assert 'largest host ops of one step' in capsys.readouterr().err
+
+
+def test_largest_ops_of_a_gpu_shaped_trace(tmp_path):
+  # The layout a GPU profile has: a device process whose threads are the
+  # module, its ops and the kernels on a stream, beside the host's threads.
+  def meta(kind, pid, tid, name):
+    return dict(ph='M', name=kind, pid=pid, tid=tid, args=dict(name=name))
+
+  def op(pid, tid, name, dur):
+    return dict(ph='X', name=name, pid=pid, tid=tid, ts=0, dur=dur)
+
+  events = [
+      meta('process_name', 1, 0, '/host:CPU'),
+      meta('thread_name', 1, 5, 'python'),
+      meta('process_name', 2, 0, '/device:GPU:0'),
+      meta('thread_name', 2, 1, 'XLA Modules'),
+      meta('thread_name', 2, 2, 'Stream #13(Compute)'),
+      op(1, 5, 'PjitFunction(train_step)', 9000),
+      op(2, 1, 'jit_train_step', 1000),
+      op(2, 2, 'cutlass_gemm', 300), op(2, 2, 'cutlass_gemm', 300),
+      op(2, 2, 'cudnn_flash_fwd', 200), op(2, 2, 'loop_fusion', 200),
+  ]
+  path = tmp_path / 'perfetto_trace.json.gz'
+  with gzip.open(path, 'wt') as f:
+    json.dump(dict(traceEvents=events), f)
+  lines = bench.largest_ops(str(path)).splitlines()
+  assert lines[0].startswith('largest device ops of one step')
+  rows = [line.split() for line in lines[1:]]
+  assert [r[-1] for r in rows] == ['jit_train_step', 'cutlass_gemm',
+                                   'cudnn_flash_fwd', 'loop_fusion']
+  # Total microseconds and share of the thread: the module is all of its
+  # thread, the two gemms 60% of the stream's kernel time.
+  assert rows[0][:2] == ['1000.0', '100.0%']
+  assert rows[1][:2] == ['600.0', '60.0%']
+  assert rows[2][:2] == ['200.0', '20.0%']
 
 
 def test_float16_trains_with_loss_scaling(tmp_path):

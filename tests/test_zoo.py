@@ -296,17 +296,36 @@ def test_vit_patch_and_image_size_overrides():
     jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 64, 64, 3)))
 
 
+def _attention_jaxpr(model, x, impl):
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)
+  return str(jax.make_jaxpr(model.clone(attention_impl=impl).apply)(
+      variables, x))
+
+
 def test_vit_attention_impl_is_passed_on():
   model, x = _small('vit_ti16')
-  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)
-
-  def jaxpr(impl):
-    return str(jax.make_jaxpr(model.clone(attention_impl=impl).apply)(
-        variables, x))
-
+  jaxpr = functools.partial(_attention_jaxpr, model, x)
   assert jaxpr('xla') == jaxpr(None)  # None picks XLA's implementation.
+  assert jaxpr('auto') == jaxpr('xla')  # Not on a GPU.
+  assert model.attention_impl == 'auto'
   with pytest.raises(RuntimeError, match='cuDNN'):  # Not on the CPU.
     jaxpr('cudnn')
+
+
+def test_vit_auto_attention_falls_back_to_xla_where_cudnn_refuses(
+    monkeypatch, caplog):
+  # As on a GPU in bfloat16; cuDNN then refuses (not found on this machine)
+  # while tracing, and 'auto' must give XLA's attention with one warning.
+  from zoo import vit
+  monkeypatch.setattr(vit, '_on_gpu', lambda: True)
+  vit._warn_once.cache_clear()
+  model, x = _small('vit_ti16', dtype=jnp.bfloat16)
+  with caplog.at_level('WARNING'):
+    auto = _attention_jaxpr(model, x, 'auto')
+  assert auto == _attention_jaxpr(model, x, 'xla')
+  warnings = [r.getMessage() for r in caplog.records]
+  assert len(warnings) == 1, warnings  # Once, not once per layer.
+  assert 'using XLA attention' in warnings[0]
 
 
 def test_cnn_layers_and_parameter_count():

@@ -6,12 +6,15 @@ can be overridden, e.g. for 32x32 CIFAR images:
 
     zoo.create('vit_s16', num_classes=10, patch_size=4, image_size=32)
 
-Attention is `jax.nn.dot_product_attention`; `attention_impl` is passed to it
-as `implementation` (None or 'xla': XLA's einsums, 'cudnn': cuDNN's fused
-kernel on GPU). No dropout.
+Attention is `jax.nn.dot_product_attention`. `attention_impl` picks its
+implementation: 'xla' (XLA's einsums and softmax), 'cudnn' (cuDNN's fused
+flash-attention kernel; GPU only, bfloat16/float16, an error where cuDNN
+refuses the shapes) or 'auto', the default: cuDNN where it takes the shapes
+and dtype, XLA everywhere else (CPU, TPU, float32). No dropout.
 """
 
 import functools
+import logging
 from typing import Any
 
 import flax.linen as nn
@@ -53,14 +56,37 @@ class Attention(nn.Module):
         nn.with_logical_constraint(project(name=name)(x),
                                    ('batch', 'seq', 'heads', 'kv'))
         for name in ('query', 'key', 'value'))
-    y = jax.nn.dot_product_attention(q, k, v,
-                                     implementation=self.attention_impl)
+    y = dot_product_attention(q, k, v, self.attention_impl)
     return nn.Einsum(
         (*heads, embed), 'bthk,hkd->btd',
         kernel_init=named(_xavier(in_axis=(0, 1), out_axis=2),
                           ('heads', 'kv', 'embed')),
         bias_init=named(initializers.zeros_init(), ('embed',)),
         name='out', **layer)(y)
+
+
+def dot_product_attention(q, k, v, implementation: str | None):
+  """`jax.nn.dot_product_attention` with 'auto' resolved for these inputs."""
+  if implementation != 'auto':
+    return jax.nn.dot_product_attention(q, k, v, implementation=implementation)
+  if _on_gpu() and q.dtype in (jnp.bfloat16, jnp.float16):
+    # cuDNN's checks (head dim, sequence lengths, cuDNN version) run while
+    # tracing, so a refusal is an exception here, not a failed compile.
+    try:
+      return jax.nn.dot_product_attention(q, k, v, implementation='cudnn')
+    except (NotImplementedError, ValueError, RuntimeError) as e:
+      _warn_once(f'cuDNN attention is not available for queries of shape '
+                 f'{q.shape} ({e}); using XLA attention.')
+  return jax.nn.dot_product_attention(q, k, v, implementation='xla')
+
+
+def _on_gpu() -> bool:
+  return jax.default_backend() == 'gpu'
+
+
+@functools.cache
+def _warn_once(message: str):
+  logging.getLogger(__name__).warning(message)
 
 
 def _xavier(in_axis, out_axis):
@@ -120,7 +146,7 @@ class ViT(nn.Module):
   mlp_dim: int
   patch_size: int = 16
   image_size: int = 224
-  attention_impl: str | None = None
+  attention_impl: str | None = 'auto'
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
