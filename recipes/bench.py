@@ -297,8 +297,8 @@ def largest_ops(path: str, top: int = 20) -> str:
     per_thread[thread] += us
   lines = [f'largest {"device" if device else "host"} ops of one step '
            '(total microseconds, share of their thread\'s time, thread, op):']
-  lines += [f'{us:12.1f}  {us / (per_thread[thread] or 1):6.1%}  {thread[:24]:24}  '
-            f'{name[:90]}'
+  lines += [f'{us:12.1f}  {us / (per_thread[thread] or 1):6.1%}  '
+            f'{thread[:24]:24}  {name[:90]}'
             for (thread, name), us in totals.most_common(top)]
   return '\n'.join(lines)
 
