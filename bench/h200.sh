@@ -86,10 +86,11 @@ print('| model | strategy | attention | compile s | step ms | images/s '
 print('|---|---|---|---|---|---|---|---|---|')
 for line in open(sys.argv[1]):
   r = json.loads(line)
-  vit = r['model'].startswith('vit')
   mem = r['peak_memory_bytes']
+  default = 'auto' if r['model'].startswith('vit') else '-'
+  attention = r['model_kwargs'].get('attention_impl', default)
   print(f"| {r['model']} | {r['strategy']} "
-        f"| {r['model_kwargs'].get('attention_impl', vit and 'auto' or '-')} "
+        f"| {attention} "
         f"| {r['compile_time_s']:.1f} | {r['step_time_median_s'] * 1e3:.1f} "
         f"| {r['images_per_sec']:,.0f} | {r['tflops_per_sec']:.0f} "
         f"| {'-' if r['mfu'] is None else format(r['mfu'], '.1%')} "

@@ -286,15 +286,14 @@ def largest_ops(path: str, top: int = 20) -> str:
   device = {pid for (kind, pid, _), name in names.items()
             if kind == 'process_name' and name.startswith('/device:')}
   totals = collections.Counter()
+  per_thread = collections.Counter()  # For each op's share of its thread.
   for e in events:
     if (e.get('ph') == 'X' and (not device or e['pid'] in device)
         and not e['name'].startswith('$')):  # '$file.py:line': Python frames.
       thread = names.get(('thread_name', e['pid'], e.get('tid')), '?')
       thread = thread.split('/')[0]  # One row for a pool's threads.
       totals[thread, e['name']] += e.get('dur', 0)
-  per_thread = collections.Counter()
-  for (thread, _), us in totals.items():
-    per_thread[thread] += us
+      per_thread[thread] += e.get('dur', 0)
   lines = [f'largest {"device" if device else "host"} ops of one step '
            '(total microseconds, share of their thread\'s time, thread, op):']
   lines += [f'{us:12.1f}  {us / (per_thread[thread] or 1):6.1%}  '
