@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from recipes import storage
 from recipes.errors import UserError
 
 FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
@@ -20,11 +21,15 @@ _DTYPES = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4',
            0x0E: '>f8'}
 
 
-def read_idx(path: str) -> np.ndarray:
+def read_idx(path: str | os.PathLike) -> np.ndarray:
   """Returns the array stored in an IDX file (optionally gzip-compressed)."""
-  opener = gzip.open if path.endswith('.gz') else open
-  with opener(path, 'rb') as f:
-    data = f.read()
+  data = storage.path(path).read_bytes()
+  if os.fspath(path).endswith('.gz'):
+    try:
+      data = gzip.decompress(data)
+    except (OSError, EOFError) as e:  # Not gzip, or cut short.
+      raise UserError(f'{path} is not a complete gzip file ({e}); reinstall '
+                      'the dataset package.') from e
   if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
     raise UserError(f'{path} is not an IDX file (bad magic number); '
                     'reinstall the dataset package.')
@@ -44,10 +49,10 @@ def load_split(data_dir: str | None, split: str) -> dict[str, np.ndarray]:
   if split not in _SPLIT_PREFIX:
     raise UserError(f'IDX datasets have splits {sorted(_SPLIT_PREFIX)}, '
                     f'not {split!r}.')
-  prefix = os.path.join(data_dir, _SPLIT_PREFIX[split])
-  paths = [f'{prefix}-{kind}-idx{n}-ubyte.gz'
+  prefix = _SPLIT_PREFIX[split]
+  paths = [storage.path(data_dir) / f'{prefix}-{kind}-idx{n}-ubyte.gz'
            for kind, n in (('images', 3), ('labels', 1))]
-  missing = [p for p in paths if not os.path.exists(p)]
+  missing = [str(p) for p in paths if not p.exists()]
   if missing:
     raise UserError(
         f'Fashion-MNIST files not found: {", ".join(missing)}. Install them '

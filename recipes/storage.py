@@ -1,0 +1,61 @@
+"""Where the recipe reads and writes: local disks and Cloud Storage alike.
+
+Every path a user gives (`--workdir`, `data_dir`, `init_from`) and every
+file the recipe writes under it goes through `path()`, an `etils.epath.Path`:
+the filesystem layer that orbax and TFDS use too, so `gs://BUCKET/run` is a
+bucket for all of them and never a local directory named `gs:`.
+
+Who talks to Cloud Storage, and how each is pointed at a local emulator (a
+test server such as `gcp-storage-emulator`, or a dry run without a cloud
+account) when `STORAGE_EMULATOR_HOST=http://HOST:PORT` is set:
+
+- epath (our files, TensorBoard event files, orbax's directories and
+  metadata, TFDS's metadata) uses TensorFlow's `tf.io.gfile` for `gs://` when
+  TensorFlow is installed. That always calls Google's endpoint, so with an
+  emulator epath is switched to its fsspec backend (`EPATH_USE_TF=false`),
+  whose gcsfs (`pip install gcsfs`; in the test extra) honours
+  `STORAGE_EMULATOR_HOST`. gcsfs's probe of the bucket type over gRPC, which
+  an emulator does not serve, is switched off
+  (`GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`).
+- TensorStore (orbax's arrays) is pointed there by `TENSORSTORE_GCS_HTTP_URL`
+  and given a placeholder token (`GOOGLE_AUTH_TOKEN_FOR_TESTING`): an emulator
+  checks none, and without one TensorStore looks for Google credentials.
+- Readers built on TensorFlow's own file system cannot be pointed at an
+  emulator: TFDS's example files (read by `tf.data`) and `tensorboard
+  --logdir=gs://...` reach only the real Cloud Storage.
+
+Variables the user set themselves are left as they are. Without
+`STORAGE_EMULATOR_HOST` nothing changes: real buckets and local disks are
+used exactly as the libraries do by default.
+"""
+
+import os
+
+from etils import epath
+
+
+def _route_cloud_storage_to_emulator():
+  host = os.environ.get('STORAGE_EMULATOR_HOST', '')
+  if host in ('', 'default'):  # gcsfs's spelling of "not set".
+    return
+  url = host if '://' in host else f'http://{host}'
+  os.environ.setdefault('EPATH_USE_TF', 'false')
+  os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+  os.environ.setdefault('TENSORSTORE_GCS_HTTP_URL', url)
+  os.environ.setdefault('GOOGLE_AUTH_TOKEN_FOR_TESTING', 'emulator')
+
+
+# At import, before any library opens a gs:// path: epath decides its backend
+# once, and gcsfs reads its setting when it is imported.
+_route_cloud_storage_to_emulator()
+
+
+def path(name: str | os.PathLike) -> epath.Path:
+  """`name` (a local path or a URL such as gs://BUCKET/dir) as an epath.Path.
+
+  Local paths become absolute (orbax requires it); URLs are kept as given.
+  """
+  name = os.fspath(name)
+  if '://' not in name:
+    name = os.path.abspath(os.path.expanduser(name))
+  return epath.Path(name)

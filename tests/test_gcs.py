@@ -1,0 +1,125 @@
+"""A gs:// workdir for real: the README's command against a local Cloud
+Storage server (tests/gcs_emulator.py), everything read back from the bucket."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from recipes import idx, storage, summaries
+from tests.gcs_emulator import Emulator
+from tests.helpers import read_scalars, write_fashion_mnist
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUCKET = 'test-bucket'
+
+
+@pytest.fixture
+def emulator(tmp_path):
+  server = Emulator(BUCKET, str(tmp_path / 'emulator.log'))
+  yield server
+  server.stop()
+
+
+def test_urls_stay_urls_and_local_paths_become_absolute(tmp_path,
+                                                         monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert str(storage.path('gs://bucket/run') / 'checkpoints') == (
+      'gs://bucket/run/checkpoints')
+  assert str(summaries.directory('gs://bucket/run')) == (
+      'gs://bucket/run/summaries')
+  assert str(storage.path('run')) == str(tmp_path / 'run')
+  assert str(storage.path('~/run')) == os.path.expanduser('~/run')
+
+
+def _upload_fashion_mnist(emulator, tmp_path) -> str:
+  """The real IDX files (generated ones without Debian's package) in the
+  bucket; returns their gs:// folder."""
+  local = idx.FASHION_MNIST_DIR
+  if not os.path.isdir(local):
+    local = str(tmp_path / 'generated')
+    os.mkdir(local)
+    write_fashion_mnist(local, num_train=64, num_test=20)
+  for name in os.listdir(local):
+    with open(os.path.join(local, name), 'rb') as f:
+      emulator.write(f'fashion_mnist/{name}', f.read())
+  return f'gs://{BUCKET}/fashion_mnist'
+
+
+def _train(emulator, cwd, workdir, *overrides) -> str:
+  """Runs the README's command in `cwd`; returns its log."""
+  result = subprocess.run(
+      [sys.executable, '-m', 'recipes.train',
+       f'--config={os.path.join(ROOT, "configs", "fashion_mnist_pmap.py")}',
+       f'--workdir={workdir}', '--config.batch_size=16',
+       '--config.log_every_steps=2', *overrides],
+      cwd=cwd, capture_output=True, text=True, timeout=300,
+      env={**os.environ, 'STORAGE_EMULATOR_HOST': emulator.url,
+           'JAX_NUM_CPU_DEVICES': '2', 'PYTHONPATH': ROOT})
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stderr
+
+
+def _final_eval(log: str) -> str:
+  return re.findall(r'step \d+: eval loss .*', log)[-1]
+
+
+def _scalars_in_bucket(emulator, workdir: str, copy) -> dict:
+  """The scalars of the event files in the bucket, copied to `copy`."""
+  directory = summaries.directory(copy)
+  directory.mkdir(parents=True)
+  prefix = f'{workdir}/{summaries.DIRECTORY}/'
+  for name in emulator.names(prefix):
+    (directory / name.removeprefix(prefix)).write_bytes(emulator.read(name))
+  return read_scalars(copy)
+
+
+@pytest.mark.slow
+def test_a_gs_workdir_trains_resumes_fine_tunes_and_evaluates_in_the_bucket(
+    emulator, tmp_path):
+  data_dir = _upload_fashion_mnist(emulator, tmp_path)
+  cwd = tmp_path / 'cwd'
+  cwd.mkdir()
+  run = lambda workdir, *overrides: _train(
+      emulator, cwd, f'gs://{BUCKET}/{workdir}',
+      f'--config.data_dir={data_dir}', *overrides)
+
+  run('run', '--config.num_train_steps=4')
+  names = emulator.names('run/')
+  config = json.loads(emulator.read('run/config.json'))
+  assert config['num_train_steps'] == 4 and config['data_dir'] == data_dir
+  assert 'run/checkpoints/4/_CHECKPOINT_METADATA' in names
+  scalars = _scalars_in_bucket(emulator, 'run', tmp_path / 'copy_1')
+  assert sorted(scalars['train/loss']) == [2, 4]
+  assert sorted(scalars['eval/accuracy']) == [4]
+  assert not [n for n in names if '.write-test-' in n]  # Removed again.
+
+  resumed = run('run', '--config.num_train_steps=6')
+  assert ('Resuming from the checkpoint of step 4 in '
+          f'gs://{BUCKET}/run/checkpoints.') in resumed
+  assert 'run/checkpoints/6/_CHECKPOINT_METADATA' in emulator.names('run/')
+  scalars = _scalars_in_bucket(emulator, 'run', tmp_path / 'copy_2')
+  assert sorted(scalars['train/loss']) == [2, 4, 6]
+
+  log = run('fine_tuned', '--config.num_train_steps=2',
+            f'--config.init_from=gs://{BUCKET}/run')
+  assert f'Initialized 8 parameter arrays from gs://{BUCKET}/run.' in log
+  assert ('fine_tuned/checkpoints/2/_CHECKPOINT_METADATA'
+          in emulator.names('fine_tuned/'))
+
+  # The checkpoint of step 6, read back from the bucket, evaluates as it did
+  # at the end of its training.
+  events = emulator.names(f'run/{summaries.DIRECTORY}/')
+  evaluated = run('run', '--config.num_train_steps=6', '--config.mode=eval')
+  assert _final_eval(evaluated) == _final_eval(resumed)
+  assert _final_eval(evaluated).startswith('step 6: eval loss')
+  new_events = set(emulator.names(f'run/{summaries.DIRECTORY}/')) - set(events)
+  assert len(new_events) == 1  # Its eval/ summaries.
+
+  # Nothing went to the local disk instead of the bucket.
+  assert os.listdir(cwd) == []
+  assert not [p for p in tmp_path.rglob('*') if 'gs:' in p.name]
+  assert not os.path.exists(os.path.join(ROOT, 'gs:'))
