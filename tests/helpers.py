@@ -1,8 +1,8 @@
 """Small builders shared by the tests: configs, models, IDX files, scalars."""
 
-import glob
 import gzip
 import os
+import sys
 from typing import Any
 
 import flax.linen as nn
@@ -12,7 +12,18 @@ import numpy as np
 import tensorflow as tf
 
 from configs import default
-from recipes import checkpoints
+from recipes import checkpoints, summaries
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOCAL_LAUNCHER = os.path.join(ROOT, 'launch', 'local.sh')
+
+
+def command_env(**extra) -> dict[str, str]:
+  """The environment for a command the tests start: CPU only, none of this
+  process's multi-process settings, `extra` on top."""
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(('JAX_COORDINATOR', 'JAX_PROCESS', 'JAX_NUM_PRO'))}
+  return {**env, 'JAX_PLATFORMS': 'cpu', 'PYTHON': sys.executable, **extra}
 
 
 def tiny_config(**overrides):
@@ -58,10 +69,12 @@ def saved_params(workdir, step=None):
 
 
 def read_scalars(workdir):
-  """{tag: {step: value}} from the TensorBoard event files in workdir."""
+  """{tag: {step: value}} from the TensorBoard event files of the run in
+  workdir (a local one), read with TensorFlow's reader, which checks them."""
   found = {}
-  for path in glob.glob(os.path.join(workdir, 'events.out.tfevents.*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
+  directory = summaries.directory(workdir)
+  for path in sorted(directory.glob('events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
       for value in event.summary.value:
         if value.metadata.plugin_data.plugin_name == 'scalars':
           number = float(tf.make_ndarray(value.tensor))

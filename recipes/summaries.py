@@ -1,0 +1,121 @@
+"""Metric summaries: TensorBoard event files in WORKDIR/summaries, log lines.
+
+Only process 0 writes them; the other processes' writer writes nothing, so a
+multi-process run logs each metric line once.
+
+The events are in a subdirectory, not WORKDIR itself, so that
+`tensorboard --logdir=WORKDIR` names the run `summaries`: for a run named `.`
+TensorBoard's hparams dashboard finds no metric values.
+
+The event files are written through `recipes.storage` like every other file,
+so they land wherever the workdir is (a local disk, a bucket, an emulator).
+Cloud Storage objects cannot be appended to and appear only once complete,
+so each flush writes the events since the last one as a new, complete event
+file; TensorBoard reads all of a run's files in the order of their names.
+"""
+
+import itertools
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import ml_collections
+from clu import metric_writers
+from etils import epath
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.hparams import summary_v2 as hparams_summary
+from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+from tensorboard.summary.writer.record_writer import RecordWriter
+
+from recipes import storage
+
+DIRECTORY = 'summaries'
+# Numbers the event files of this process, in every workdir and writer: with
+# the time and process id in the name, no two files share a name.
+_file_numbers = itertools.count()
+
+
+def directory(workdir: str | os.PathLike) -> epath.Path:
+  """Where the event files of the run in `workdir` are."""
+  return storage.path(workdir) / DIRECTORY
+
+
+def create_writer(workdir: str | os.PathLike) -> metric_writers.MetricWriter:
+  """Process 0: log lines and event files, written in the background; other
+  processes: a writer that writes nothing."""
+  if jax.process_index() > 0:
+    return metric_writers.MultiWriter([])
+  return metric_writers.AsyncMultiWriter([
+      metric_writers.LoggingWriter(), EventFileWriter(directory(workdir))])
+
+
+def hparams(config: ml_collections.ConfigDict, prefix: str = '') -> dict:
+  """Config fields as TensorBoard hparams: dotted names, scalar values."""
+  flat = {}
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      flat.update(hparams(value, f'{prefix}{key}.'))
+    else:
+      scalar = isinstance(value, (bool, int, float, str))
+      flat[prefix + key] = value if scalar else str(value)
+  return flat
+
+
+class EventFileWriter(metric_writers.MetricWriter):
+  """Scalars and hyperparameters as TensorBoard event files in `directory`.
+
+  Events are kept in memory and written as one new file at each `flush`, or
+  at the first write `flush_secs` after the last file.
+  """
+
+  def __init__(self, directory: epath.Path, flush_secs: float = 120.0):
+    self._directory = directory
+    self._flush_secs = flush_secs
+    self._events: list[event_pb2.Event] = []
+    self._last_flush = time.monotonic()
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    summary = summary_pb2.Summary()
+    for tag, value in scalars.items():
+      summary.MergeFrom(scalar_summary.scalar_pb(tag, value))
+    self._add(event_pb2.Event(step=step, summary=summary))
+
+  def write_hparams(self, hparams):  # pylint: disable=redefined-outer-name
+    self._add(event_pb2.Event(summary=hparams_summary.hparams_pb(hparams)))
+
+  def _add(self, event: event_pb2.Event):
+    event.wall_time = time.time()
+    self._events.append(event)
+    if time.monotonic() - self._last_flush >= self._flush_secs:
+      self.flush()
+
+  def flush(self):
+    self._last_flush = time.monotonic()
+    if not self._events:
+      return
+    events, self._events = self._events, []
+    # Names sort in the order written: by the second, then by the number.
+    name = (f'events.out.tfevents.{int(time.time()):010d}.'
+            f'{socket.gethostname()}.{os.getpid()}.{next(_file_numbers):06d}'
+            '.v2')
+    self._directory.mkdir(parents=True, exist_ok=True)
+    with (self._directory / name).open('wb') as f:
+      records = RecordWriter(f)
+      version = event_pb2.Event(wall_time=events[0].wall_time,
+                                file_version='brain.Event:2')
+      for event in [version, *events]:
+        records.write(event.SerializeToString())
+
+  def close(self):
+    self.flush()
+
+  def _unsupported(self, *args, **kwargs):
+    del args, kwargs
+    raise NotImplementedError(
+        f'{type(self).__name__} writes scalars and hyperparameters only.')
+
+  write_summaries = write_images = write_videos = write_audios = _unsupported
+  write_texts = write_histograms = _unsupported
