@@ -17,6 +17,7 @@ which the recipe turns into a checkpoint and a clean stop; they get
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,8 +32,15 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+# Gloo (JAX's CPU collectives between processes) prints a line for each new
+# group of processes; it tells the user nothing.
+_GLOO_NOTICE = re.compile(rb'\[Gloo\] Rank \d+ is connected to \d+ peer ranks')
+
+
 def _forward(index: int, stream, lock: threading.Lock):
   for line in iter(stream.readline, b''):
+    if _GLOO_NOTICE.match(line):
+      continue
     with lock:
       sys.stdout.buffer.write(f'[{index}] '.encode() + line)
       sys.stdout.flush()

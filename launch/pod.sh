@@ -32,7 +32,8 @@ GCLOUD="${GCLOUD:-gcloud}"
 
 die() { echo "pod.sh: error: $*" >&2; exit 2; }
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+# The comment block at the top of this file, without its '#'.
+usage() { awk 'NR > 1 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "$0"; }
 
 # Runs (or, with --dry-run, prints) one gcloud command.
 gcloud_do() {
@@ -114,19 +115,20 @@ cmd_run() {
   [ "$#" -gt 0 ] || die "run needs a command: pod.sh run -- python -m recipes.train ..."
   local workers; workers="$(count_workers)" || exit 2
   local log_dir="${ROOT}/logs/${TPU_NAME}"
-  mkdir -p "${log_dir}"
   local remote="cd ${REMOTE_DIR} && . .venv/bin/activate && export RECIPES_DISTRIBUTED=1 && $(printf '%q ' "$@")"
   local pids=() i
-  for ((i = 0; i < workers; i++)); do
-    if [ "${DRY_RUN}" = 1 ]; then
+  if [ "${DRY_RUN}" = 1 ]; then
+    for ((i = 0; i < workers; i++)); do
       gcloud_do compute tpus tpu-vm ssh "${TPU_NAME}" "${LOCATION[@]}" --worker="${i}" --command="${remote}"
-      continue
-    fi
+    done
+    return 0
+  fi
+  mkdir -p "${log_dir}"
+  for ((i = 0; i < workers; i++)); do
     "${GCLOUD}" compute tpus tpu-vm ssh "${TPU_NAME}" "${LOCATION[@]}" --worker="${i}" \
       --command="${remote}" >"${log_dir}/worker-${i}.log" 2>&1 &
     pids+=($!)
   done
-  [ "${DRY_RUN}" = 1 ] && return 0
   tail -n +1 -F "${log_dir}/worker-0.log" &
   local tail_pid=$! failed=()
   for ((i = 0; i < workers; i++)); do

@@ -17,6 +17,9 @@ and a parameter that no rule matches is replicated:
 The same logical rules place activations through the models'
 `nn.with_logical_constraint` calls. The batch is always split over
 ('data', 'fsdp'); a 'batch' rule saying so is added when the rules lack one.
+
+A rule from the config that matches no parameter (a misspelt name or path,
+or a rule for another model) gets a warning naming it.
 """
 
 import math
@@ -26,9 +29,12 @@ from typing import Any, Iterable, Sequence
 import flax.linen as nn
 import jax
 import numpy as np
+from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
+import zoo
 from recipes.errors import UserError
+from zoo.partitioning import IMAGE, TOKENS
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')
@@ -151,13 +157,43 @@ def param_specs(params, names, rules: LogicalRules, regexes: PathRules,
   """
   flat, treedef = jax.tree_util.tree_flatten_with_path(params)
   name_leaves = treedef.flatten_up_to(names)
+  paths = [path_str(key_path) for key_path, _ in flat]
+  _warn_unmatched(paths, name_leaves, rules, regexes)
   specs = []
-  for (key_path, leaf), leaf_names in zip(flat, name_leaves):
-    path = path_str(key_path)
+  for path, (_, leaf), leaf_names in zip(paths, flat, name_leaves):
     spec = _spec_for(path, leaf.shape, leaf_names, rules, regexes)
     check_divisible(path, leaf.shape, spec, mesh_shape)
     specs.append(spec)
   return jax.tree.unflatten(treedef, specs)
+
+
+def _is_zoo_default(rules: LogicalRules) -> bool:
+  # The zoo's default rules serve a whole family (an MLP has no convolution
+  # kernels): only rules from the config are checked.
+  return any(rules == logical_rules(zoo.default_rules(name))
+             for name in zoo.list_models())
+
+
+def _warn_unmatched(paths: Sequence[str], names, rules: LogicalRules,
+                    regexes: PathRules):
+  """Warns of each path rule and logical rule that matches no parameter."""
+  for regex, spec in regexes:
+    if not any(re.search(regex, path) for path in paths):
+      logging.warning(
+          'config.path_rules entry %r matches no parameter path (they look '
+          'like %s).', (regex, spec), ', '.join(repr(p) for p in paths[:4]))
+  if _is_zoo_default(rules):
+    return
+  used = {name for spec in names for entry in spec for name in _axes(entry)}
+  # The zoo's activation names ('height', 'seq', ...) name no parameter.
+  known = used | {'batch', *IMAGE, *TOKENS}
+  for rule in rules:
+    if rule[0] not in known:
+      logging.warning(
+          'config.partition_rules entry %r matches no parameter: none has a '
+          'dimension named %r (%s); it can only place activations.', rule,
+          rule[0], f'their names: {", ".join(sorted(used))}' if used else
+          'they have no logical names: use config.path_rules')
 
 
 def bytes_per_device(tree, shardings) -> int:

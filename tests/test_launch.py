@@ -1,8 +1,10 @@
 """Real multi-process runs on localhost, and the pod script's gcloud commands."""
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -42,9 +44,16 @@ def test_two_processes_equal_one_process(tmp_path):
         '--config.eval_batch_size=16', '--config.num_train_steps=24',
         '--config.log_every_steps=4', '--config.eval_every_steps=12'])
     assert result.returncode == 0, result.stdout[-3000:]
-    for index in range(processes):  # Every host counts all 20 test images.
+    for index in range(processes):
       assert f'[{index}] ' in result.stdout
-    assert result.stdout.count('over 20 examples') == 2 * processes
+    # Process 0 alone logs the metrics: one line for each of the 6 train
+    # logs and 2 evaluations (which count all 20 test images, whatever the
+    # number of hosts).
+    lines = result.stdout.splitlines()
+    assert [line[:4] for line in lines if 'train/loss=' in line] == [
+        '[0] '] * 6
+    assert [line[:4] for line in lines if 'over 20 examples' in line] == [
+        '[0] '] * 2
     # Every process took part in writing the final checkpoint.
     assert os.listdir(workdir / 'checkpoints') == ['24']
     runs[processes] = read_scalars(str(workdir))
@@ -73,8 +82,16 @@ def test_a_failing_process_stops_the_launch_within_seconds():
 
 
 def _pod(*args, **env):
-  return subprocess.run(['bash', POD, *args], capture_output=True, text=True,
-                        timeout=30, env=_env(**env))
+  """Runs pod.sh from a copy in an empty tree, which it must leave as it was
+  (no logs/NAME/ from a dry run)."""
+  with tempfile.TemporaryDirectory() as root:
+    os.mkdir(os.path.join(root, 'launch'))
+    pod = shutil.copy(POD, os.path.join(root, 'launch'))
+    result = subprocess.run(['bash', pod, *args], capture_output=True,
+                            text=True, timeout=30, cwd=root, env=_env(**env))
+    assert [(d, sorted(f)) for d, _, f in os.walk(root)] == [
+        (root, []), (os.path.dirname(pod), ['pod.sh'])]
+  return result
 
 
 SETTINGS = ('--dry-run', '--tpu_name=zoo', '--project=proj',
@@ -116,6 +133,17 @@ def test_pod_run_starts_the_command_on_every_worker():
   assert all('RECIPES_DISTRIBUTED=1' in l and
              'python -m recipes.train --config=configs/mnist_pmap.py' in l
              for l in lines)
+
+
+def test_pod_help_prints_the_usage_only():
+  result = _pod('--help')
+  assert result.returncode == 0 and result.stderr == ''
+  with open(POD, encoding='utf-8') as f:
+    header = f.read().split('\nset -')[0].splitlines()[1:]
+  assert all(line.startswith('#') for line in header)  # The comment block.
+  assert result.stdout.splitlines() == [
+      line.removeprefix('#').removeprefix(' ') for line in header]
+  assert result.stdout.startswith('TPU VM pods: create, copy the code')
 
 
 @pytest.mark.parametrize('args, env, message', [

@@ -201,3 +201,28 @@ def test_the_log_shows_the_mesh_and_one_row_per_parameter():
   dense = next(r for r in rows if r.startswith('| Dense_0/kernel '))
   assert '(3136, 256)' in dense and "P('fsdp'" in dense
   assert dense.rstrip(' |').endswith('1,605,632')  # 3136 * 256 * 4 / 2.
+
+
+def test_a_rule_that_matches_no_parameter_gets_a_warning(caplog):
+  """A misspelt logical name or path is named. Not warned of: the zoo's own
+  rules, shared by a family (the MLP has no convolutions), and activation
+  names ('height')."""
+  with caplog.at_level('WARNING'):
+    _strategy('mlp', DP)
+    _strategy('resnet20', DP)
+    _strategy('cnn', DP, rules=(('mpl', 'tensor'), ('embed', 'fsdp'),
+                                ('height', None)),
+              path_rules=(('Dense_0/kernel$', (None, 'tensor')),
+                          ('Dense_9/kernel$', ('tensor',))))
+    ShardedStrategy(make_mesh(DP), _Plain(10), optax.sgd(0.1), (28, 28, 1),
+                    rules=(('mlp', 'tensor'),))
+  assert [r.getMessage() for r in caplog.records] == [
+      "config.path_rules entry ('Dense_9/kernel$', ('tensor',)) matches no "
+      "parameter path (they look like 'Conv_0/bias', 'Conv_0/kernel', "
+      "'Conv_1/bias', 'Conv_1/kernel').",
+      "config.partition_rules entry ('mpl', 'tensor') matches no parameter: "
+      "none has a dimension named 'mpl' (their names: classes, conv_in, "
+      'conv_out, embed, mlp); it can only place activations.',
+      "config.partition_rules entry ('mlp', 'tensor') matches no parameter: "
+      "none has a dimension named 'mlp' (they have no logical names: use "
+      'config.path_rules); it can only place activations.']

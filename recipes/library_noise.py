@@ -1,0 +1,81 @@
+"""Keeps the libraries' start-up notices out of the log; their warnings stay.
+
+- TensorFlow writes C++ notices to stderr while it loads (the oneDNN notice
+  once per shared library, each after absl's "All log messages before
+  absl::InitializeLog() ..."), before any setting can stop them: TensorFlow
+  2.21 shows them whatever TF_CPP_MIN_LOG_LEVEL says. `import_tensorflow`
+  loads it with stderr caught and passes on every other line.
+- JAX logs at INFO each backend it could not start ("Unable to initialize
+  backend 'tpu'"), orbax every checkpoint read and write, optax a warmup of
+  zero steps: `LibraryNoise` keeps their warnings only.
+- orbax logs a failed save or read as errors with long tracebacks, from
+  each of its threads, before the recipe reports the same failure itself in
+  one line (recipes/checkpoints.py): `LibraryNoise` keeps those for the
+  debug log too.
+"""
+
+import importlib.util
+import logging
+import os
+import re
+import sys
+import tempfile
+
+_TENSORFLOW_NOTICES = re.compile(
+    r'All log messages before absl::InitializeLog\(\) is called are written '
+    r'to STDERR|\] oneDNN custom operations are on\.|'
+    # With TF_ENABLE_ONEDNN_OPTS=0, a two-line notice in the oneDNN one's place.
+    r'\] This TensorFlow binary is optimized to use available CPU '
+    r'instructions|^To enable the following instructions: .* rebuild '
+    r'TensorFlow with the appropriate compiler flags\.')
+
+
+def import_tensorflow():
+  """Imports TensorFlow without its start-up notices on stderr."""
+  if 'tensorflow' in sys.modules:
+    return
+  sys.stderr.flush()
+  stderr = os.dup(2)
+  # A file, not a pipe: nothing reads while TensorFlow loads.
+  with tempfile.TemporaryFile() as caught:
+    os.dup2(caught.fileno(), 2)
+    try:
+      # pylint: disable-next=import-outside-toplevel,unused-import
+      import tensorflow
+    finally:
+      sys.stderr.flush()
+      os.dup2(stderr, 2)
+      os.close(stderr)
+      caught.seek(0)
+      lines = caught.read().decode(errors='replace').splitlines(keepends=True)
+      sys.stderr.write(''.join(
+          line for line in lines if not _TENSORFLOW_NOTICES.search(line)))
+      sys.stderr.flush()
+
+
+def _package_dirs(*names: str) -> tuple[str, ...]:
+  """The directories of the packages' files, each ending in a separator."""
+  dirs = []
+  for name in names:
+    spec = importlib.util.find_spec(name)
+    locations = spec.submodule_search_locations if spec else None
+    dirs += [os.path.join(path, '') for path in locations or ()]
+  return tuple(dirs)
+
+
+class LibraryNoise(logging.Filter):
+  """Drops JAX's, orbax's, optax's, fsspec's and gcsfs's log records below
+  WARNING, and orbax's errors that carry a traceback."""
+
+  def __init__(self):
+    super().__init__()
+    # fsspec and gcsfs log every file they open (buckets, emulators).
+    self._sources = _package_dirs('jax', 'orbax', 'optax', 'fsspec', 'gcsfs')
+    self._orbax = _package_dirs('orbax')
+
+  def filter(self, record):
+    if not record.pathname.startswith(self._sources):
+      return True
+    if record.exc_info and record.pathname.startswith(self._orbax):
+      return False
+    return record.levelno >= logging.WARNING
