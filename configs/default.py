@@ -29,8 +29,10 @@ def get_config() -> ml_collections.ConfigDict:
   # summaries, and stop.
   config.mode = 'train'
 
-  # Model (a name from `zoo.list_models()`) and its computation precision:
-  # with half_precision, computation in half_precision_dtype and parameters,
+  # Model: a name from `zoo.list_models()`, or a Linen Module of your own as
+  # 'package.module:ClassName' (imported from PYTHONPATH or the current
+  # directory; it takes num_classes and dtype, see README).
+  # With half_precision, computation in half_precision_dtype and parameters,
   # optimizer state and loss in float32. bfloat16 suits TPUs and recent GPUs;
   # float16 (GPUs) adds dynamic loss scaling, skipping overflowing updates.
   config.model = 'cnn'
@@ -78,13 +80,21 @@ def get_config() -> ml_collections.ConfigDict:
   config.warmup_epochs = 0.0
 
   # Checkpoints in WORKDIR/checkpoints; a restarted run resumes from the
-  # latest one. 0 = only at the end; -1 = never.
+  # latest one. checkpoint_every_steps 0 = only at the end; -1 = save none
+  # (existing ones are still resumed from). keep_checkpoints: how many of the
+  # newest to keep; 0 = keep them all.
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 3
 
   # A non-finite loss or gradient norm stops the run (naming the step), or,
   # with this set, that update is skipped and counted (train/skipped_steps).
   config.skip_nonfinite_updates = False
+
+  # When no train step, eval batch or checkpoint save completes for this
+  # long (the first step's compilation included), every process writes the
+  # stacks of its threads and the run stops with one line saying where it
+  # stalled (recipes/watchdog.py). 0 = never.
+  config.stall_timeout_seconds = 300.0
 
   config.seed = 0
   config.log_every_steps = 100

@@ -40,6 +40,19 @@ class InMemoryDataset:
   num_classes: int
   preprocessing: Preprocessing = Preprocessing()
 
+  def __post_init__(self):
+    # A label outside the classes gives a NaN loss, which looks like a bad
+    # learning rate: say what it is instead.
+    for split, arrays in (('training', self.train), ('evaluation', self.eval)):
+      labels = arrays['label']
+      if len(labels) and not 0 <= labels.min() <= labels.max() < (
+          self.num_classes):
+        raise UserError(
+            f'the {split} split has labels from {labels.min()} to '
+            f'{labels.max()}, but the dataset has {self.num_classes} classes '
+            f'(labels 0 to {self.num_classes - 1}); check its label files or '
+            '--config.data_dir.')
+
   @property
   def image_shape(self) -> tuple[int, ...]:
     return self.train['image'].shape[1:]

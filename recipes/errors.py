@@ -11,7 +11,10 @@ class UserError(Exception):
 
 def check_divisible(name: str, batch_size: int, num_devices: int,
                     devices: str = 'devices'):
-  if batch_size <= 0 or batch_size % num_devices:
+  if batch_size <= 0:
+    raise UserError(f'{name} is {batch_size}; it must be a positive multiple '
+                    f'of the {num_devices} {devices}, e.g. {num_devices}.')
+  if batch_size % num_devices:
     below = max(num_devices, batch_size // num_devices * num_devices)
     above = (batch_size // num_devices + 1) * num_devices
     nearest = f'{below} or {above}' if below != above else f'{above}'

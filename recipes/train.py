@@ -1,29 +1,42 @@
-"""Command-line entry point: `python -m recipes.train --config=... --workdir=...`.
+"""Trains a model: `python -m recipes.train --config=FILE --workdir=DIR`.
 
-Any config field can be overridden, e.g. `--config.batch_size=256`; unknown
-fields are rejected. Mistakes in the input end the run with one line saying
-what was wrong and what to do (details in the log at debug level).
+The config file (configs/ has one per recipe and dataset) sets the fields
+that `--help` lists; `--config.FIELD=VALUE` overrides any of them, e.g.
+`--config.batch_size=256`, and unknown fields are rejected. The same command
+again resumes from the workdir's latest checkpoint. Mistakes in the input end
+the run with one line saying what was wrong and what to do (`--verbosity=1`
+first on the command line puts the details in the log).
 """
 
 import difflib
-import logging as logging_lib
+import importlib.machinery
+import importlib.util
 import os
 import re
 import sys
-import tempfile
+import textwrap
+import uuid
 
 import jax
 import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from recipes import distributed, input_pipeline, loop
+from configs import default
+from recipes import library_noise
+
+library_noise.import_tensorflow()  # Before anything else loads it.
+
+# pylint: disable-next=wrong-import-position
+from recipes import distributed, input_pipeline, loop, storage, validation
 from recipes.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Training config file (see configs/).', lock_config=True)
+    'config', None, 'The config file, e.g. configs/fashion_mnist_pmap.py.',
+    lock_config=True)
 _WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'Directory for summaries and the final config.')
+    'workdir', None, 'Directory (or gs:// path) for checkpoints, summaries '
+    'and the final config; a run resumes from it.')
 _DISTRIBUTED = flags.DEFINE_bool(
     'distributed', False, 'Initialize jax.distributed with auto-detection '
     '(TPU pods, SLURM); local multi-process runs are set up by launch/local.sh '
@@ -32,41 +45,61 @@ flags.mark_flags_as_required(['config', 'workdir'])
 
 
 class _ConfigFileParser(flags.ArgumentParser):
-  """config_flags' parser of --config, with a bad file as a UserError.
+  """Loads --config=FILE[:ARGUMENT]: FILE's get_config(ARGUMENT), locked.
 
-  config_flags defers a missing file's error to the first use of the config
-  and puts the traceback of others into the flag error. Keeps the loaded
-  config to explain bad overrides of it.
+  Replaces config_flags' own parser, which splits at the first ':' (so a
+  directory with one in its name cannot be used), defers a missing file's
+  error to the first use of the config and puts tracebacks into flag errors:
+  here each failure is one UserError. Keeps the loaded config to explain bad
+  overrides of it.
   """
 
-  def __init__(self, parser: flags.ArgumentParser):
-    self._parser = parser
+  def __init__(self):
     self.config = None
 
   def parse(self, argument):
-    path = argument.split(':', 1)[0]  # path:argument_of_get_config
-    if not os.path.isfile(path):
-      raise UserError(f'config file {path!r} not found; give the path of a '
-                      'config, e.g. --config=configs/fashion_mnist_pmap.py.')
+    path, args = _split_config_argument(argument)
     try:
-      config = self._parser.parse(argument)
-      config.keys()  # A file that could not be read raises here.
+      loader = importlib.machinery.SourceFileLoader('config_file', path)
+      module = importlib.util.module_from_spec(
+          importlib.util.spec_from_loader(loader.name, loader))
+      loader.exec_module(module)
+      config = module.get_config(*args)
     except SyntaxError as e:
       raise UserError(f'config file {path!r} has a syntax error in line '
                       f'{e.lineno}: {e.msg}; fix the file.') from e
     except Exception as e:  # pylint: disable=broad-except
-      cause = e.__cause__ or e.__context__ or e  # What config_flags wrapped.
       raise UserError(f'config file {path!r} failed to load '
-                      f'({type(cause).__name__}: {_one_line(cause)}); fix '
-                      'the file.') from e
+                      f'({type(e).__name__}: {_one_line(e)}); fix the '
+                      'file.') from e
+    if not isinstance(config, ml_collections.ConfigDict):
+      raise UserError(f'get_config() in {path!r} returned a '
+                      f'{type(config).__name__}, not an ml_collections.'
+                      'ConfigDict; start from configs/default.get_config() '
+                      'and return that.')
+    config.lock()  # Overrides may change fields, not add them.
     self.config = config
     return config
 
   def flag_type(self):
-    return self._parser.flag_type()
+    return 'config object'
 
 
-_CONFIG_FILE = _ConfigFileParser(flags.FLAGS[_CONFIG.name].parser)
+def _split_config_argument(argument: str) -> tuple[str, tuple[str, ...]]:
+  """(file, get_config's arguments) of FILE[:ARGUMENT]; FILE may hold ':'."""
+  if os.path.isfile(argument):
+    return argument, ()
+  colons = [i for i, c in enumerate(argument) if c == ':']
+  for i in reversed(colons):
+    if os.path.isfile(argument[:i]):
+      return argument[:i], (argument[i + 1:],)
+  given = ' (FILE:ARGUMENT passes ARGUMENT to get_config)' if colons else ''
+  raise UserError(f'config file {argument!r} not found{given}; give the '
+                  'path of a config, e.g. '
+                  '--config=configs/fashion_mnist_pmap.py.')
+
+
+_CONFIG_FILE = _ConfigFileParser()
 flags.FLAGS[_CONFIG.name].parser = _CONFIG_FILE
 
 
@@ -79,32 +112,31 @@ def _one_line(error: BaseException) -> str:
   return ' '.join(text.split())
 
 
-class _OnlyWarningsFromLibraries(logging_lib.Filter):
-  """Orbax logs every checkpoint read and write at INFO; keep its warnings."""
-
-  def filter(self, record):
-    return record.levelno >= logging_lib.WARNING or (
-        f'{os.sep}orbax{os.sep}' not in record.pathname)
-
-
 def _prepare_workdir(workdir: str):
-  """Creates the workdir and checks that files can be written there.
+  """Creates the workdir and checks that files can be written there, by
+  writing and removing a small file (for a bucket nothing else tells).
 
   (The loop writes config.json once the config has passed its checks, so a
   bad input leaves the one of the run before in place.)
   """
+  path = storage.path(workdir)
+  probe = path / f'.write-test-{uuid.uuid4().hex}'
   try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=workdir):
-      pass
-  except OSError as e:
-    raise UserError(f'cannot write to workdir {workdir!r} ({e.strerror}); '
+    path.mkdir(parents=True, exist_ok=True)
+    probe.write_bytes(b'')
+    probe.unlink()
+  except Exception as e:  # pylint: disable=broad-except
+    # OSError from disks; storage clients raise their own errors too.
+    reason = (e.strerror if isinstance(e, OSError) and e.strerror else
+              f'{type(e).__name__}: {" ".join(str(e).split())[:200]}')
+    raise UserError(f'cannot write to workdir {workdir!r} ({reason}); '
                     'choose a writable --workdir.') from e
 
 
 def run(config, workdir: str, use_distributed: bool = False):
   """Trains with `config` in `workdir`; a UserError exits with one line."""
   try:
+    validation.check(config)  # Before anything is loaded or written.
     input_pipeline.hide_accelerators_from_tensorflow()
     distributed.initialize(use_distributed)
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',
@@ -118,13 +150,16 @@ def run(config, workdir: str, use_distributed: bool = False):
     sys.exit(f'error: {e}')
 
 
-def _field_names(config, prefix: str = '') -> list[str]:
-  names = []
+def _fields(config, prefix: str = ''):
+  """(name, value) of every field, nested ones as 'mesh' and 'mesh.data'."""
   for key, value in config.items():
-    names.append(prefix + key)
+    yield prefix + key, value
     if isinstance(value, ml_collections.ConfigDict):
-      names += _field_names(value, f'{prefix}{key}.')
-  return names
+      yield from _fields(value, f'{prefix}{key}.')
+
+
+def _field_names(config) -> list[str]:
+  return [name for name, _ in _fields(config)]
 
 
 def _unknown_field(config, argv) -> str | None:
@@ -166,11 +201,22 @@ def _wrong_type(config, error: flags.IllegalFlagValueError) -> str | None:
           f'--config.{field}={example}.')
 
 
+def _missing_flags() -> str:
+  missing = [f'--{holder.name}' for holder in (_CONFIG, _WORKDIR)
+             if flags.FLAGS[holder.name].value is None]
+  return (f'{" and ".join(missing)} {"is" if len(missing) == 1 else "are"} '
+          'missing; e.g. python -m recipes.train '
+          '--config=configs/fashion_mnist_pmap.py --workdir=/tmp/fashion_mnist '
+          '(--help lists the flags and config fields).')
+
+
 def _flag_error(error: Exception, argv) -> str:
   """One line for a flag parsing error, naming the flag and how to fix it."""
   message = None
   if isinstance(error, UserError):
     message = str(error)
+  elif 'must have a value other than None' in str(error):
+    message = _missing_flags()
   elif _CONFIG_FILE.config is not None:
     if isinstance(error, (AttributeError, KeyError)):  # From overrides.
       message = _unknown_field(_CONFIG_FILE.config, argv)
@@ -179,9 +225,58 @@ def _flag_error(error: Exception, argv) -> str:
   return message or _one_line(error)
 
 
+_HELP_FLAGS = ('-h', '-?', '-help', '--help', '--helpshort', '--helpfull')
+
+
+def _config_argument(argv) -> str | None:
+  for i, arg in enumerate(argv):
+    if arg in ('-config', '--config') and i + 1 < len(argv):
+      return argv[i + 1]
+    if arg.startswith(('-config=', '--config=')):
+      return arg.split('=', 1)[1]
+  return None
+
+
+def _help(argv) -> str:
+  """This command's flags, and the config's fields with their values.
+
+  (absl's own help would list the flags of every library loaded, TensorFlow's
+  and absltest's among them, and not the config fields.)
+  """
+  path = _config_argument(argv)
+  config = _CONFIG_FILE.parse(path) if path else default.get_config()
+  lines = [__doc__.strip(), '', 'Flags:']
+  for holder in (_CONFIG, _WORKDIR, _DISTRIBUTED):
+    flag = flags.FLAGS[holder.name]
+    name = f'--[no]{flag.name}' if flag.boolean else f'--{flag.name}'
+    lines.append(textwrap.fill(f'{name}: {flag.help}', 79,
+                               initial_indent='  ', subsequent_indent='    '))
+  lines.append('  --verbosity=1: the log at debug level, with the details of '
+               'errors.')
+  values = (f'as {_split_config_argument(path)[0]} sets them' if path else
+            'and their defaults')
+  lines += ['', textwrap.fill(
+      f'Config fields {values} (configs/default.py says what each does); '
+      'override any with --config.FIELD=VALUE:', 79)]
+  fields = [(name, value) for name, value in _fields(config)
+            if not isinstance(value, ml_collections.ConfigDict) or not value]
+  width = max(len(name) for name, _ in fields)
+  for name, value in fields:
+    if isinstance(value, ml_collections.ConfigDict):
+      value = value.to_dict()  # An empty one: its repr is not '{}'.
+    lines.append(f'  {name:<{width}}  {value!r}')
+  if '--helpfull' in argv:
+    lines += [flags.FLAGS.module_help(module) for module in ('absl.logging',
+                                                             'absl.app')]
+  return '\n'.join(lines)
+
+
 def _parse_flags(argv):
   """absl's flag parsing, with mistakes in the flags reported in one line."""
   try:
+    if any(arg in _HELP_FLAGS for arg in argv[1:]):
+      print(_help(argv))
+      sys.exit(0)
     return flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
     logging.debug('Flag parsing failed:', exc_info=True)
@@ -191,8 +286,35 @@ def _parse_flags(argv):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  logging.get_absl_handler().addFilter(_OnlyWarningsFromLibraries())
-  run(_CONFIG.value, _WORKDIR.value, _DISTRIBUTED.value)
+  if not logging.level_debug():  # --verbosity=1 shows everything.
+    logging.get_absl_handler().addFilter(library_noise.LibraryNoise())
+  try:
+    run(_CONFIG.value, _WORKDIR.value, _DISTRIBUTED.value)
+  except SystemExit as e:  # A UserError: 'error: ...'.
+    _exit_at_once(e.code)
+  _exit_at_once(0)
+
+
+def _exit_at_once(status: int | str | None):
+  """Ends the process now that the run's checkpoints and summaries are
+  written, without Python's teardown of tf.data's iterators and JAX's
+  runtime: that took up to 30 s after a stop by SIGTERM, when a scheduler
+  sends SIGKILL (SLURM: 30 s after `scancel`). Every process stopped at the
+  same step, so they leave jax.distributed together.
+
+  `status` as sys.exit takes it: a message means an error, printed here.
+  Then nothing is waited for: after a failed save, orbax's writer threads
+  wait minutes for a directory that will never exist.
+  """
+  if not status and jax.distributed.is_initialized():
+    jax.distributed.shutdown()
+  logging.flush()
+  if isinstance(status, str):
+    print(status, file=sys.stderr)
+    status = 1
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status or 0)
 
 
 if __name__ == '__main__':

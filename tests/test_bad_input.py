@@ -131,6 +131,37 @@ def test_config_value_of_the_wrong_type(tmp_path, flag, expected):
   assert _train(tmp_path, flag) == f'error: {expected}'
 
 
+@pytest.mark.parametrize('flag, expected', [
+    ('--config.seed=1180591620717411303424', 'config field seed is '
+     '1180591620717411303424; it must be an int from 0 to 2147483647.'),
+    ('--config.learning_rate=nan', 'config field learning_rate is nan; it '
+     'must be a finite number >= 0.'),
+])
+def test_config_value_out_of_range(tmp_path, flag, expected):
+  assert _train(tmp_path, flag) == f'error: {expected}'
+  assert not (tmp_path / 'work').exists()  # Checked before anything else.
+
+
+def test_config_in_a_directory_with_a_colon_in_its_name(tmp_path):
+  config = tmp_path / 'runs:2026' / 'fashion_mnist.py'
+  config.parent.mkdir()
+  config.write_text(open(os.path.join(ROOT, 'configs',
+                                      'fashion_mnist_pmap.py')).read())
+  # The file loads (and its field is then checked).
+  assert _train(tmp_path, '--config.log_every_steps=0', config=str(
+      config)) == ('error: config field log_every_steps is 0; it must be an '
+                   'int >= 1.')
+
+
+def test_config_file_returning_a_dict(tmp_path):
+  config = tmp_path / 'plain.py'
+  config.write_text('def get_config():\n  return dict(batch_size=8)\n')
+  assert _train(tmp_path, config=str(config)) == (
+      f"error: get_config() in '{config}' returned a dict, not an "
+      'ml_collections.ConfigDict; start from configs/default.get_config() '
+      'and return that.')
+
+
 def test_workdir_not_writable(tmp_path):
   # A directory under a regular file cannot be made, even by root.
   (tmp_path / 'file').write_text('')

@@ -1,0 +1,151 @@
+"""Every config field is checked before anything is loaded or written; data
+and checkpoints that do not fit the config are one-line errors too. In process,
+through `loop.train_and_evaluate` (the command calls the same check first;
+tests/test_bad_input.py runs a few of these through the command itself)."""
+
+import gzip
+import math
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import default
+from recipes import checkpoints, loop, validation
+from recipes.errors import UserError
+from tests.helpers import tiny_config, write_fashion_mnist, write_idx
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp('data')
+  write_fashion_mnist(str(path), num_train=64, num_test=16)
+  return str(path)
+
+
+def _config(data_dir, **overrides):
+  return tiny_config(**{
+      'dataset': 'fashion_mnist_idx', 'data_dir': data_dir, 'model': 'mlp',
+      'model_kwargs': {'hidden_sizes': (8,)}, **overrides})
+
+
+def _leaf_names(config, prefix=''):
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict) and key != 'model_kwargs':
+      yield from _leaf_names(value, f'{prefix}{key}.')
+    else:
+      yield prefix + key
+
+
+def test_every_field_has_a_rule():
+  names = set(_leaf_names(default.get_config()))
+  assert names == set(validation.RULES) | set(validation.CHECKED_ELSEWHERE)
+
+
+def test_the_defaults_pass():
+  validation.check(default.get_config())
+
+
+BAD_VALUES = [
+    # (field, value, what the error must say is allowed)
+    ('log_every_steps', 0, 'an int >= 1'),
+    ('seed', 2**70, 'an int from 0 to 2147483647'),
+    ('seed', -1, 'an int from 0 to 2147483647'),
+    ('keep_checkpoints', -1, 'an int >= 0 (0 = keep all)'),
+    ('checkpoint_every_steps', -5,
+     'an int >= -1 (0 = only at the end, -1 = never)'),
+    ('warmup_epochs', -1.0, 'a finite number >= 0'),
+    ('eval_every_steps', -1, 'an int >= 0 (0 = once per epoch)'),
+    ('learning_rate', -0.1, 'a finite number >= 0'),
+    ('learning_rate', math.nan, 'a finite number >= 0'),
+    ('learning_rate', math.inf, 'a finite number >= 0'),
+    ('batch_size', -8, 'an int >= 1'),
+    ('batch_size', 0, 'an int >= 1'),
+    ('eval_batch_size', -16, 'an int >= 0 (0 = batch_size)'),
+    ('num_epochs', -2.0, 'a finite number >= 0'),
+    ('num_train_steps', -3, 'an int >= 0 (0 = from num_epochs)'),
+    ('momentum', 1.5, 'a finite number >= 0 and < 1'),
+    ('b2', 1.0, 'a finite number >= 0 and < 1'),
+    ('weight_decay', math.nan, 'a finite number >= 0'),
+    ('decay_rate', 0.0, 'a finite number > 0'),
+    ('decay_steps', 0, 'an int >= 1'),
+    ('stall_timeout_seconds', -1.0, 'a finite number >= 0'),
+    ('image_size', 0, 'an int >= 1'),
+    ('strategy', 'pjit', "one of 'pmap', 'sharded'"),
+    ('mode', 'test', "one of 'train', 'eval'"),
+    ('optimizer', 'lamb', "one of 'sgd', 'adam', 'adamw'"),
+    ('half_precision_dtype', 'float8', "one of 'bfloat16', 'float16'"),
+    ('normalize', 'mnist', "one of '', 'cifar10', 'imagenet'"),
+    ('model', '', 'a non-empty string'),
+    ('mesh.fsdp', 0, 'an int >= 1, or -1 for the devices left over'),
+]
+
+
+@pytest.mark.parametrize('field, value, allowed', BAD_VALUES,
+                         ids=[f'{f}={v}' for f, v, _ in BAD_VALUES])
+def test_a_bad_value_is_one_line_naming_field_value_and_what_is_allowed(
+    data_dir, tmp_path, field, value, allowed):
+  config = _config(data_dir)
+  section, _, name = field.rpartition('.')
+  (config[section] if section else config)[name] = value
+  with pytest.raises(UserError) as error:
+    loop.train_and_evaluate(config, str(tmp_path / 'work'))
+  assert str(error.value) == (f'config field {field} is {value!r}; it must be '
+                              f'{allowed}.')
+  assert not (tmp_path / 'work').exists()  # Nothing loaded or written.
+
+
+def test_a_plain_dict_is_not_a_config(tmp_path):
+  with pytest.raises(UserError, match='is a dict, not an ml_collections'):
+    loop.train_and_evaluate(dict(default.get_config()), str(tmp_path))
+
+
+def test_fewer_steps_than_the_workdirs_checkpoint_is_an_error(
+    data_dir, tmp_path):
+  loop.train_and_evaluate(_config(data_dir, num_train_steps=6), str(tmp_path))
+  with pytest.raises(UserError) as error:
+    loop.train_and_evaluate(_config(data_dir, num_train_steps=4),
+                            str(tmp_path))
+  assert 'is of step 6, past the last step of this run (4)' in str(
+      error.value)
+  with checkpoints.manager(str(tmp_path)) as mngr:
+    assert mngr.all_steps() == [6]  # Kept, and nothing new written.
+
+
+def test_init_from_on_a_workdir_with_checkpoints_says_it_is_not_read(
+    data_dir, tmp_path, caplog):
+  source = str(tmp_path / 'source')
+  loop.train_and_evaluate(_config(data_dir), source)
+  work = str(tmp_path / 'work')
+  loop.train_and_evaluate(_config(data_dir, num_train_steps=2), work)
+  with caplog.at_level('WARNING'):
+    loop.train_and_evaluate(_config(data_dir, init_from=source), work)
+  said = [r.getMessage() for r in caplog.records
+          if 'init_from' in r.getMessage()]
+  assert said == [f'Not reading --config.init_from={source}: resuming from '
+                  "this workdir's own checkpoint of step 2."]
+
+
+def test_labels_outside_the_classes_are_an_error_not_a_nan_loss(tmp_path):
+  write_fashion_mnist(str(tmp_path), num_train=64, num_test=16)
+  labels = np.zeros(64, np.uint8)
+  labels[5] = 10  # Fashion-MNIST has classes 0 to 9.
+  write_idx(str(tmp_path / 'train-labels-idx1-ubyte.gz'), labels)
+  with pytest.raises(UserError) as error:
+    loop.train_and_evaluate(_config(str(tmp_path)), str(tmp_path / 'work'))
+  assert str(error.value).startswith(
+      'the training split has labels from 0 to 10, but the dataset has 10 '
+      'classes (labels 0 to 9)')
+
+
+@pytest.mark.parametrize('damage', ['not gzip', 'gzip cut short'])
+def test_damaged_idx_files_are_one_line(tmp_path, damage):
+  write_fashion_mnist(str(tmp_path), num_train=64, num_test=16)
+  path = tmp_path / 't10k-images-idx3-ubyte.gz'
+  data = path.read_bytes()
+  path.write_bytes(gzip.decompress(data) if damage == 'not gzip'
+                   else data[:len(data) // 2])
+  with pytest.raises(UserError) as error:
+    loop.train_and_evaluate(_config(str(tmp_path)), str(tmp_path / 'work'))
+  assert str(error.value).startswith(f'{path} is not a complete gzip file')
