@@ -9,12 +9,19 @@ the new shardings, e.g. `ShardedStrategy.abstract_state`.
 Saving is asynchronous: `save` returns once the arrays are copied off the
 devices and orbax writes them in the background (a checkpoint appears under
 its step number only when complete). `manager(...).close()` waits for it.
+Once the files are written, still in the background, their checksums are
+written next to them (recipes/checksums.py) and checked before a restore.
+A save that fails is a UserError at the next `check_saved` or `save`.
 
 Every process calls these functions; orbax writes each array's shards from
 the processes that hold them.
 """
 
+import contextlib
+import dataclasses
+import gc
 import os
+import sys
 
 import jax
 import orbax.checkpoint as ocp
@@ -23,26 +30,114 @@ from etils import epath
 from flax import traverse_util
 from jax.experimental import multihost_utils
 
+from recipes import checksums, storage
 from recipes.errors import UserError
 from recipes.train_state import TrainState
 
 
-def manager(workdir: str, max_to_keep: int | None = 3) -> ocp.CheckpointManager:
-  """Manages the numbered checkpoints in `workdir`/checkpoints."""
+class _Handler(ocp.StandardCheckpointHandler):
+  """orbax's handler for a tree of arrays, adding the checksums.
+
+  orbax calls `finalize` in its background thread, on process 0 only, once
+  every process has written its part and before the checkpoint is committed:
+  so a committed checkpoint always has its checksums.
+  """
+
+  def finalize(self, directory: epath.Path):
+    super().finalize(directory)
+    checksums.write(directory)
+
+
+@ocp.args.register_with_handler(_Handler, for_save=True)
+@dataclasses.dataclass
+class _Save(ocp.args.StandardSave):
+  pass
+
+
+@ocp.args.register_with_handler(_Handler, for_restore=True)
+@dataclasses.dataclass
+class _Restore(ocp.args.StandardRestore):
+  pass
+
+
+def manager(workdir: str | os.PathLike,
+            max_to_keep: int | None = 3) -> ocp.CheckpointManager:
+  """Manages the numbered checkpoints in `workdir`/checkpoints, keeping the
+  newest `max_to_keep` (None: all)."""
   return ocp.CheckpointManager(
-      os.path.join(os.path.abspath(workdir), 'checkpoints'),
-      item_handlers=ocp.StandardCheckpointHandler(),
+      storage.path(workdir) / 'checkpoints',
+      item_handlers=_Handler(),
       options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
                                            create=True))
+
+
+@contextlib.contextmanager
+def opened(workdir: str | os.PathLike, max_to_keep: int | None = 3):
+  """`manager(...)` as a context that waits for the last save on exit.
+
+  A save that failed then is a UserError. When the run is already ending
+  with an error, that error is the one reported: the manager is closed
+  without raising another.
+  """
+  mngr = manager(workdir, max_to_keep)
+  try:
+    yield mngr
+  except BaseException:
+    try:
+      mngr.close()
+    except Exception:  # pylint: disable=broad-except
+      logging.debug('Closing the checkpoint manager failed too.',
+                    exc_info=True)
+    raise
+  step = mngr.latest_step()
+  try:
+    mngr.close()
+  except Exception as e:  # pylint: disable=broad-except
+    raise _save_failed(mngr, step, e) from e
+
+
+def _save_failed(mngr: ocp.CheckpointManager, step: int | None,
+                 error: Exception) -> UserError:
+  mngr.reload()  # What is on disk, without the failed save.
+  earlier = [s for s in mngr.all_steps() if step is None or s < step]
+  kept = (f'the last complete one is of step {max(earlier)}' if earlier else
+          'there is no complete one yet')
+  cause = error
+  while cause.__cause__ is not None:  # The storage error orbax wrapped.
+    cause = cause.__cause__
+  return UserError(
+      f'saving the checkpoint of step {step} in {mngr.directory} failed '
+      f'({_describe(cause)}); {kept}. Make room or make the directory '
+      'writable, then run the same command again to resume.')
+
+
+def check_saved(mngr: ocp.CheckpointManager):
+  """A UserError if the last save, once finished, has failed; quick."""
+  if mngr.is_saving_in_progress():
+    return
+  step = mngr.latest_step()  # Still listed if its save failed.
+  try:
+    mngr.wait_until_finished()  # Returns at once; raises its error.
+  except Exception as e:  # pylint: disable=broad-except
+    raise _save_failed(mngr, step, e) from e
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: TrainState):
   """Starts writing `state` (global arrays) as checkpoint `step`.
 
-  The devices' copy may change as soon as this returns; the previous save,
-  if still writing, is waited for first.
+  The devices' copy may change as soon as this returns. The previous save,
+  if still writing, is waited for first. A UserError if it or this one
+  failed.
   """
-  mngr.save(step, args=ocp.args.StandardSave(state))
+  previous = mngr.latest_step()
+  try:
+    mngr.wait_until_finished()
+  except Exception as e:  # pylint: disable=broad-except
+    raise _save_failed(mngr, previous, e) from e
+  try:
+    mngr.save(step, args=_Save(state))
+  except Exception as e:  # pylint: disable=broad-except
+    raise _save_failed(mngr, step, e) from e
 
 
 def restore(mngr: ocp.CheckpointManager, target: TrainState,
@@ -54,7 +149,7 @@ def restore(mngr: ocp.CheckpointManager, target: TrainState,
   step = mngr.latest_step() if step is None else step
   if step is None:
     return None
-  return mngr.restore(step, args=ocp.args.StandardRestore(target))
+  return mngr.restore(step, args=_Restore(target))
 
 
 def _shapes(tree) -> dict[str, tuple[int, ...]]:
@@ -84,59 +179,132 @@ def _check_fits(saved: dict, wanted: dict, where: str):
 
 
 def _set_aside(mngr: ocp.CheckpointManager, step: int):
-  """Renames an unreadable checkpoint so the run can write that step again."""
-  path = os.path.join(str(mngr.directory), str(step))
+  """Renames a damaged checkpoint, keeping it, so the run can write that
+  step again."""
+  path = mngr.directory / str(step)
   if jax.process_index() == 0:
-    os.replace(path, f'{path}.unreadable')
+    path.rename(path.parent / f'{step}.unreadable')
   multihost_utils.sync_global_devices(f'set aside checkpoint {step}')
   mngr.reload()
 
 
-def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
-  """(state, step) from the latest readable checkpoint, or (None, 0).
+def _damage(mngr: ocp.CheckpointManager, step: int) -> str | None:
+  """What is wrong with checkpoint `step`'s files, as process 0 finds it.
 
-  A checkpoint that cannot be read (truncated files, missing metadata) is set
-  aside with a warning and the one before it is tried; an unfinished one (a
-  leftover temporary directory) is ignored with a warning. One written for another
-  model or optimizer is a UserError: it is kept and nothing is overwritten.
+  (One process reads them all; every process gets its answer.)
+  """
+  found = None
+  if jax.process_index() == 0:
+    found = checksums.problem(mngr.directory / str(step) / 'default')
+  damaged = multihost_utils.broadcast_one_to_all(found is not None)
+  return (found or 'found damaged by process 0') if damaged else None
+
+
+@contextlib.contextmanager
+def _leftovers_logged():
+  """Errors left behind by a failed read, in the log at debug level.
+
+  When orbax's read of a damaged file fails, its other reads still pending
+  are abandoned: Python reports each when it is collected, and TensorStore's
+  callbacks find orbax's event loop closed, each with a long traceback on
+  stderr. The failure itself is reported once, by the caller.
+  """
+  hooks = sys.unraisablehook, sys.excepthook
+
+  def log(*args):
+    logging.debug('After a failed checkpoint read: %s', args)
+
+  sys.unraisablehook = sys.excepthook = log
+  try:
+    yield
+  finally:
+    gc.collect()  # Abandoned reads are reported now, to `log`.
+    sys.unraisablehook, sys.excepthook = hooks
+
+
+def _describe(error: Exception) -> str:
+  """The error in one line; of a long message the end, where storage
+  errors name their cause (e.g. 'No space left on device')."""
+  text = ' '.join(str(error).split())
+  if len(text) > 240:
+    text = '...' + text[-200:]
+  return f'{type(error).__name__}: {text}'
+
+
+def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
+  """(state, step) from the latest usable checkpoint, or (None, 0).
+
+  - An unfinished checkpoint (the run was stopped while saving it) is never
+    listed as a step; its leftover is named in a warning.
+  - A damaged one (a file that does not match its checksum, is missing or
+    cannot be read) is set aside as STEP.unreadable, with a warning naming
+    the file, once an older one has been restored in its place.
+  - When every checkpoint is damaged (or was set aside before), nothing is
+    renamed and the run stops: a UserError listing them and saying how to
+    start afresh. It never quietly starts again from step 1.
+  - A complete, readable checkpoint of other shapes (another model, size or
+    optimizer) is a UserError, and nothing is touched.
   """
   wanted = _shapes(target)
-  for name in sorted(os.listdir(mngr.directory)):
-    if '.orbax-checkpoint-tmp' in name:  # Orbax never lists these as steps.
+  # In a bucket the directory exists only once it holds a checkpoint.
+  entries = (sorted(mngr.directory.iterdir()) if mngr.directory.exists()
+             else [])
+  for path in entries:
+    if '.orbax-checkpoint-tmp' in path.name:
       logging.warning('Ignoring %s: an unfinished checkpoint (the run was '
-                      'stopped while saving it).',
-                      os.path.join(str(mngr.directory), name))
+                      'stopped while saving it).', path)
+  damaged = []
   for step in sorted(mngr.all_steps(), reverse=True):
-    where = os.path.join(str(mngr.directory), str(step))
-    try:
-      saved = _shapes(mngr.item_metadata(step))
-    except Exception as e:  # pylint: disable=broad-except
-      saved, error = None, e
-    if saved is not None:
+    where = mngr.directory / str(step)
+    problem = _damage(mngr, step)
+    if problem is None:
+      try:
+        saved = _shapes(mngr.item_metadata(step))
+      except Exception as e:  # pylint: disable=broad-except
+        problem = f'its metadata cannot be read ({_describe(e)})'
+      else:
+        if not saved:  # Metadata files gone: not another model.
+          problem = 'its metadata lists no arrays'
+    if problem is None:
       _check_fits(saved, wanted, where)
       try:
-        return restore(mngr, target, step), step
+        with _leftovers_logged():
+          state = restore(mngr, target, step)
       except Exception as e:  # pylint: disable=broad-except
-        error = e
-    logging.warning('Checkpoint %s cannot be read (%s: %s); setting it aside '
-                    'as %s.unreadable and trying the one before.', where,
-                    type(error).__name__, str(error)[:200], where)
-    _set_aside(mngr, step)
+        problem = f'it cannot be read ({_describe(e)})'
+    if problem is not None:
+      logging.warning('Checkpoint %s is damaged: %s.', where, problem)
+      damaged.append(step)
+      continue
+    for newer in damaged:
+      logging.warning('Setting the damaged checkpoint %s aside as '
+                      '%s.unreadable.', mngr.directory / str(newer),
+                      mngr.directory / str(newer))
+      _set_aside(mngr, newer)
+    return state, step
+  set_aside = [p.name for p in entries if p.name.endswith('.unreadable')]
+  if damaged or set_aside:
+    names = [str(s) for s in damaged] + set_aside
+    raise UserError(
+        f'no usable checkpoint in {mngr.directory}: {", ".join(names)} '
+        f'{"is" if len(names) == 1 else "are"} damaged (see the warnings '
+        'above). To start afresh, move that directory away or use another '
+        '--workdir.')
   return None, 0
 
 
-def _step_directory(path: str) -> str:
-  """The checkpoint directory `path` names: a step's directory, or the latest
+def _step_directory(name: str) -> epath.Path:
+  """The checkpoint directory `name` names: a step's directory, or the latest
   step of a checkpoints directory or of a run's workdir."""
-  path = os.path.abspath(path)
-  if os.path.isdir(os.path.join(path, 'default')):
+  path = storage.path(name)
+  if (path / 'default').is_dir():
     return path
-  for directory in (os.path.join(path, 'checkpoints'), path):
-    if os.path.isdir(directory):
-      steps = [int(n) for n in os.listdir(directory) if n.isdigit()]
+  for directory in (path / 'checkpoints', path):
+    if directory.is_dir():
+      steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
       if steps:
-        return os.path.join(directory, str(max(steps)))
-  raise UserError(f'no checkpoint found at --config.init_from={path!r}; give '
+        return directory / str(max(steps))
+  raise UserError(f'no checkpoint found at --config.init_from={name!r}; give '
                   'a run\'s workdir, its checkpoints directory, or one step '
                   'directory in it.')
 
@@ -153,7 +321,7 @@ def load_params(path: str, target) -> tuple[dict, list[str]]:
   handler = ocp.PyTreeCheckpointHandler()
   try:
     saved = _shapes(
-        handler.metadata(epath.Path(directory, 'default')).tree['params'])
+        handler.metadata(directory / 'default').tree['params'])
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f'cannot read the checkpoint {directory} for '
                     f'--config.init_from ({type(e).__name__}: '
@@ -166,7 +334,7 @@ def load_params(path: str, target) -> tuple[dict, list[str]]:
                     f'in {directory} (--config.init_from): another model?')
   item = {'params': traverse_util.unflatten_dict(loadable, sep='/')}
   restored = ocp.Checkpointer(handler).restore(
-      epath.Path(directory, 'default'),
+      directory / 'default',
       args=ocp.args.PyTreeRestore(
           item=item, partial_restore=True,
           restore_args=ocp.checkpoint_utils.construct_restore_args(item)))

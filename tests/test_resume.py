@@ -85,7 +85,7 @@ def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
   with caplog.at_level(logging.INFO):
     _run(data_dir, tmp_path / 'broken', 8)
   assert f'Ignoring {unfinished}: an unfinished checkpoint' in caplog.text
-  assert f'Checkpoint {latest} cannot be read' in caplog.text
+  assert f'Checkpoint {latest} is damaged: ' in caplog.text
   assert 'Resuming from the checkpoint of step 3' in caplog.text
   assert (tmp_path / 'broken' / 'checkpoints' / '5.unreadable').is_dir()
   _, straight = saved_params(tmp_path / 'straight')
