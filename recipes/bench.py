@@ -42,7 +42,8 @@ from flax import jax_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import zoo
-from recipes import steps, train_state
+from recipes import steps, storage, train_state
+from recipes.dispatch import OneAhead
 from recipes.errors import UserError, check_divisible
 from recipes.pmap_strategy import PmapStrategy
 from recipes.sharded_strategy import ShardedStrategy, make_mesh
@@ -123,6 +124,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
       args.warmup < 0:
     p.error('--steps, --batch_size and --input_batches must be positive, '
             '--warmup at least 0')
+  if args.profile and '://' in args.profile:
+    p.error('--profile must be a local directory: JAX writes its trace there '
+            'with local file calls (--json may be a gs:// path)')
   return args
 
 
@@ -242,8 +246,10 @@ def time_steps(setup: Setup, warmup: int, num_steps: int):
   state, metrics = setup.step(state, setup.batch)
   jax.block_until_ready((state, metrics))
   first = time.perf_counter() - start
+  one_ahead = OneAhead()
   for _ in range(warmup):
     state, metrics = setup.step(state, setup.batch)
+    one_ahead(metrics)
   jax.block_until_ready((state, metrics))
   times = []
   for _ in range(num_steps):
@@ -390,8 +396,7 @@ def main(argv: list[str] | None = None) -> dict:
   except UserError as e:
     sys.exit(f'error: {e}')
   if args.json:
-    with open(args.json, 'w') as f:
-      json.dump(result, f, indent=2)
+    storage.path(args.json).write_text(json.dumps(result, indent=2))
   return result
 
 

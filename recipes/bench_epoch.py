@@ -16,6 +16,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from recipes import bench, loop
+from recipes.dispatch import OneAhead
 from recipes.pmap_strategy import PmapStrategy
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -50,8 +51,10 @@ def time_bare_jit(run, config) -> float:
   state = jax.tree.map(lambda x: x.copy(), run.state)
   state, _ = step(state, next(_epoch_batches(run, config)))
   start = time.perf_counter()
+  one_ahead = OneAhead()  # As the recipe's loop does.
   for batch in _epoch_batches(run, config):
     state, metrics = step(state, batch)
+    one_ahead(metrics)
   jax.block_until_ready((state, metrics))
   return time.perf_counter() - start
 

@@ -9,7 +9,6 @@ Only the placement of state and batches and the compiled steps depend on
 import dataclasses
 import functools
 import math
-import os
 import time
 
 import flax.linen as nn
@@ -19,18 +18,19 @@ import ml_collections
 import numpy as np
 import optax
 from absl import logging
-from clu import metric_writers, parameter_overview, periodic_actions
+from clu import parameter_overview, periodic_actions
 from flax import traverse_util
 
 import zoo
 from recipes import (checkpoints, datasets, input_pipeline, optimizers,
-                     preemption, sharded_strategy, streaming, train_state)
+                     preemption, sharded_strategy, storage, streaming,
+                     summaries, train_state, validation)
+from recipes.dispatch import OneAhead
 from recipes.errors import UserError, check_divisible
 from recipes.pmap_strategy import PmapStrategy
 from recipes.preprocess import Preprocessing
 from recipes.sharded_strategy import ShardedStrategy
-
-STRATEGIES = ('pmap', 'sharded')
+from recipes.watchdog import Watchdog
 
 
 def _batch_divisor(config) -> tuple[int, str]:
@@ -43,14 +43,7 @@ def _batch_divisor(config) -> tuple[int, str]:
           'batch shards (mesh.data x mesh.fsdp)')
 
 
-HALF_PRECISION_DTYPES = ('bfloat16', 'float16')
-
-
 def create_model(config: ml_collections.ConfigDict, num_classes: int):
-  if config.half_precision_dtype not in HALF_PRECISION_DTYPES:
-    raise UserError(f'unknown half_precision_dtype '
-                    f'{config.half_precision_dtype!r}; choose one of '
-                    f'{", ".join(HALF_PRECISION_DTYPES)}.')
   dtype = (jnp.dtype(config.half_precision_dtype) if config.half_precision
            else jnp.float32)
   try:
@@ -107,28 +100,20 @@ def _check_finite(step: int, values: dict):
           'True to skip such updates. The checkpoints so far are kept.')
 
 
-def _flat_hparams(config, prefix: str = '') -> dict:
-  """Config fields as TensorBoard hparams: dotted names, scalar values."""
-  flat = {}
-  for key, value in config.items():
-    if isinstance(value, ml_collections.ConfigDict):
-      flat.update(_flat_hparams(value, f'{prefix}{key}.'))
-    else:
-      scalar = isinstance(value, (bool, int, float, str))
-      flat[prefix + key] = value if scalar else str(value)
-  return flat
-
-
-def evaluate(strategy, state, data, batch_size: int, should_stop=None):
+def evaluate(strategy, state, data, batch_size: int, at_batch=None):
   """Metrics over the whole eval split, each example counted exactly once.
 
-  None if `should_stop()`, asked before each batch, says to stop.
+  `at_batch(i, n)`, if given, is called before batch i of n (from 1); when
+  it returns True the evaluation stops and returns None.
   """
+  count = input_pipeline.num_eval_steps(data.num_eval, batch_size)
+  one_ahead = OneAhead()
   metrics = []
-  for batch in strategy.place_batches(data.eval_batches(batch_size=batch_size)):
-    if should_stop and should_stop():
+  batches = strategy.place_batches(data.eval_batches(batch_size=batch_size))
+  for index, batch in enumerate(batches, 1):
+    if at_batch and at_batch(index, count):
       return None
-    metrics.append(strategy.eval_step(state, batch))
+    metrics.append(one_ahead(strategy.eval_step(state, batch)))
   return _merge_all(strategy.to_host(m) for m in metrics)
 
 
@@ -164,9 +149,6 @@ class Setup:
 
 def setup(config: ml_collections.ConfigDict) -> Setup:
   """Checks the config against the devices, loads data, initializes state."""
-  if config.strategy not in STRATEGIES:
-    raise UserError(f'unknown strategy {config.strategy!r}; choose one of '
-                    f'{", ".join(STRATEGIES)}.')
   divisor, devices = _batch_divisor(config)
   eval_batch_size = config.eval_batch_size or config.batch_size
   check_divisible('batch_size', config.batch_size, divisor, devices)
@@ -206,15 +188,11 @@ def create_strategy(config: ml_collections.ConfigDict, run: Setup):
 
 def train_steps(strategy, state, batches, first_step: int, last_step: int):
   """Runs steps first_step..last_step; yields (step, state, metrics) after each."""
-  previous = None
+  one_ahead = OneAhead()
   for step in range(first_step, last_step + 1):
     with jax.profiler.StepTraceAnnotation('train', step_num=step):
       state, metrics = strategy.train_step(state, next(batches))
-    if previous is not None:
-      # Keep the host at most one step ahead of the devices: a runaway
-      # dispatch queue makes timings lie and can starve the devices.
-      jax.block_until_ready(previous)
-    previous = metrics
+    one_ahead(metrics)
     yield step, state, metrics
 
 
@@ -246,17 +224,25 @@ def _init_from(path: str, strategy, state):
       whole.replace(params=traverse_util.unflatten_dict(params, sep='/')))
 
 
-def _evaluate_and_write(strategy, state, run, writer, step, should_stop=None):
+def _evaluate_and_write(strategy, state, run, writer, step, watchdog,
+                        should_stop=lambda: False):
   """Evaluates `state`, writes eval/ summaries for `step`; None if stopped."""
+
+  def at_batch(index, count):
+    watchdog.beat(f'the evaluation after step {step} (batch {index} of '
+                  f'{count})')
+    return should_stop()
+
   eval_metrics = evaluate(strategy, state, run.data, run.eval_batch_size,
-                          should_stop)
+                          at_batch)
   if eval_metrics is None:
     return None
   summary = eval_metrics.compute()
   writer.write_scalars(step, {f'eval/{k}': v for k, v in summary.items()})
-  logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
-               step, summary['loss'], summary['accuracy'],
-               eval_metrics.accuracy.count)
+  if jax.process_index() == 0:  # One copy of the metrics in the log.
+    logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
+                 step, summary['loss'], summary['accuracy'],
+                 eval_metrics.accuracy.count)
   return summary
 
 
@@ -265,19 +251,16 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
   summaries there, without training (`--config.mode=eval`)."""
   run = setup(config)
   strategy, state = create_strategy(config, run)
-  with checkpoints.manager(workdir, config.keep_checkpoints) as mngr:
+  with checkpoints.opened(workdir, config.keep_checkpoints or None) as mngr:
     state, step = _restore_latest(mngr, strategy, state)
   if step == 0:
     raise UserError(f'no checkpoint to evaluate in {workdir}/checkpoints; '
                     'train first, or point --workdir at a trained run.')
-  writer = metric_writers.create_default_writer(
-      workdir, just_logging=jax.process_index() > 0)
-  summary = _evaluate_and_write(strategy, state, run, writer, step)
+  writer = summaries.create_writer(workdir)
+  with Watchdog(config.stall_timeout_seconds) as watchdog:
+    summary = _evaluate_and_write(strategy, state, run, writer, step, watchdog)
   writer.flush()
   return summary
-
-
-MODES = ('train', 'eval')
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
@@ -287,36 +270,42 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   early, with a checkpoint, on SIGTERM or SIGINT (recipes/preemption.py),
   and then returns None. `config.mode=eval` only evaluates.
   """
-  if config.mode not in MODES:
-    raise UserError(f'unknown mode {config.mode!r}; choose one of '
-                    f'{", ".join(MODES)}.')
+  validation.check(config)
   if config.mode == 'eval':
     return evaluate_checkpoint(config, workdir)
   run = setup(config)
   strategy, state = create_strategy(config, run)
-  if config.checkpoint_every_steps < 0:
-    return _train(config, workdir, run, strategy, state, None)
-  with checkpoints.manager(workdir, config.keep_checkpoints) as mngr:
+  with checkpoints.opened(workdir, config.keep_checkpoints or None) as mngr:
     return _train(config, workdir, run, strategy, state, mngr)
 
 
 def _train(config, workdir, run, strategy, state, mngr):
-  """The loop of `train_and_evaluate`, saving to `mngr` unless it is None."""
+  """The loop of `train_and_evaluate`, with the workdir's checkpoints in
+  `mngr` (always resumed from; saved unless checkpoint_every_steps is -1)."""
   num_steps, schedule = run.num_steps, run.schedule
   eval_every = config.eval_every_steps or run.steps_per_epoch
+  saving = config.checkpoint_every_steps >= 0
   save_every = config.checkpoint_every_steps
-  start_step = 0
-  if mngr:
-    state, start_step = _restore_latest(mngr, strategy, state)
-  if start_step == 0 and config.init_from:
-    state = _init_from(config.init_from, strategy, state)
+  state, start_step = _restore_latest(mngr, strategy, state)
+  if start_step > num_steps:
+    raise UserError(
+        f'the checkpoint in {mngr.directory} is of step {start_step}, past '
+        f'the last step of this run ({num_steps}); raise '
+        '--config.num_train_steps (or num_epochs) to train on, or use another '
+        '--workdir.')
+  if config.init_from:
+    if start_step == 0:
+      state = _init_from(config.init_from, strategy, state)
+    else:
+      logging.warning('Not reading --config.init_from=%s: resuming from this '
+                      "workdir's own checkpoint of step %d.",
+                      config.init_from, start_step)
   if jax.process_index() == 0:
-    with open(os.path.join(workdir, 'config.json'), 'w') as f:
-      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-  writer = metric_writers.create_default_writer(
-      workdir, just_logging=jax.process_index() > 0)
+    (storage.path(workdir) / 'config.json').write_text(
+        config.to_json_best_effort(indent=2, sort_keys=True))
+  writer = summaries.create_writer(workdir)
   if start_step == 0:
-    writer.write_hparams(_flat_hparams(config))
+    writer.write_hparams(summaries.hparams(config))
   if start_step < num_steps:
     logging.info('Training %s on %s: steps %d to %d (%d per epoch), global '
                  'batch %d on %d devices.', config.model, config.dataset,
@@ -327,8 +316,9 @@ def _train(config, workdir, run, strategy, state, mngr):
                  start_step)
 
   def save(step, state):
-    if mngr:
+    if saving:
       pending.check()  # Never save the state of a non-finite update.
+      watchdog.beat(f'saving the checkpoint of step {step}')
       with report_progress.timed('checkpoint'):
         checkpoints.save(mngr, step, strategy.to_checkpoint(state))
 
@@ -341,11 +331,16 @@ def _train(config, workdir, run, strategy, state, mngr):
   pending = _PendingMetrics(strategy, stop_on_nonfinite=not skipping)
   last_log = (start_step, time.monotonic())
   eval_summary = None
-  with preemption.StopRequest() as stop:
+  watchdog = Watchdog(config.stall_timeout_seconds)
+  with preemption.StopRequest() as stop, watchdog:
+    watchdog.beat(f'training step {start_step + 1} (with its compilation)')
     for step, state, metrics in train_steps(strategy, state, batches,
                                             start_step + 1, num_steps):
+      watchdog.beat(f'training step {step} of {num_steps}')
+      checkpoints.check_saved(mngr)  # A failed save stops the run at once.
       pending.add(step, metrics)
-      report_progress(step)
+      if jax.process_index() == 0:
+        report_progress(step)  # Steps/s and ETA, once in the log.
 
       if step % config.log_every_steps == 0 or step == num_steps:
         summary = pending.summary()
@@ -370,7 +365,7 @@ def _train(config, workdir, run, strategy, state, mngr):
         pending.check()
         with report_progress.timed('eval'):
           eval_summary = _evaluate_and_write(strategy, state, run, writer,
-                                             step, stop.should_stop)
+                                             step, watchdog, stop.should_stop)
         stopping = eval_summary is None
         last_log = (step, time.monotonic())  # Eval time is not train time.
 
@@ -381,13 +376,13 @@ def _train(config, workdir, run, strategy, state, mngr):
       if stopping:
         writer.flush()
         where = (f'saved a checkpoint of step {step} in {mngr.directory}'
-                 if mngr else 'saved nothing (checkpoint_every_steps=-1)')
+                 if saving else 'saved nothing (checkpoint_every_steps=-1)')
         logging.warning('Stopped by %s after step %d of %d: %s. Run the same '
                         'command again to resume.', stop.received, step,
                         num_steps, where)
         return None
-  if eval_summary is None:  # Resumed from the final checkpoint.
-    eval_summary = _evaluate_and_write(strategy, state, run, writer,
-                                       num_steps)
+    if eval_summary is None:  # Resumed from the final checkpoint.
+      eval_summary = _evaluate_and_write(strategy, state, run, writer,
+                                         num_steps, watchdog)
   writer.flush()
   return eval_summary

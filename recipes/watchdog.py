@@ -1,0 +1,72 @@
+"""Ends a run that has stopped making progress, saying where it stopped.
+
+A collective that never completes (another process died or hangs, a lost
+network link, a runtime bug) blocks every process inside the runtime with no
+error and no output, and a pod job then hangs until someone notices. The
+loop reports each completed train step, eval batch and checkpoint save with
+`beat`; when none comes for `timeout_seconds`, a daemon thread writes the
+stack of every Python thread to stderr (faulthandler), then one line naming
+the phase and the step, and ends the process with status 124 (as `timeout`
+does). launch/local.sh and srun then stop the other processes.
+
+The checkpoints already saved are kept; one being written is left unfinished
+and ignored by the next run.
+"""
+
+import faulthandler
+import os
+import sys
+import threading
+import time
+
+EXIT_STATUS = 124
+
+
+class Watchdog:
+  """A context manager around the loop; `timeout_seconds` <= 0 turns it off."""
+
+  def __init__(self, timeout_seconds: float):
+    self.timeout_seconds = timeout_seconds
+    self._where = 'starting'
+    self._last = time.monotonic()
+    self._done = threading.Event()
+    self._thread = None
+
+  def beat(self, where: str):
+    """Progress was made; `where` says what the run is doing now, e.g.
+    'training step 31 of 468'."""
+    self._where, self._last = where, time.monotonic()
+
+  def __enter__(self):
+    self._last = time.monotonic()
+    if self.timeout_seconds > 0:
+      self._thread = threading.Thread(target=self._watch, daemon=True,
+                                      name='stall watchdog')
+      self._thread.start()
+    return self
+
+  def __exit__(self, *exc_info):
+    self._done.set()
+    if self._thread is not None:
+      self._thread.join()
+
+  def _watch(self):
+    interval = min(self.timeout_seconds / 4, 5.0)
+    while not self._done.wait(interval):
+      idle = time.monotonic() - self._last
+      if idle >= self.timeout_seconds:
+        self._stop(idle)
+
+  def _stop(self, idle: float):
+    where = self._where
+    sys.stderr.write(f'No progress for {idle:.0f} s in {where}; the stack of '
+                     'every thread follows.\n')
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.write(
+        f'error: stalled in {where}: no progress for {idle:.0f} s '
+        f'(--config.stall_timeout_seconds={self.timeout_seconds:g}), so the '
+        'run was stopped; the stacks above show where each thread waited. '
+        'The checkpoints saved so far are kept.\n')
+    sys.stderr.flush()
+    os._exit(EXIT_STATUS)  # The main thread is blocked: no clean way out.
