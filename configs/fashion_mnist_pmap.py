@@ -1,8 +1,8 @@
 """Small CNN on Fashion-MNIST, data-parallel with jax.pmap; works offline.
 
 Reads the real Fashion-MNIST IDX files of Debian's `dataset-fashion-mnist`
-package (`sudo apt-get install -y dataset-fashion-mnist`), so no download is
-needed:
+package (`apt-get install -y dataset-fashion-mnist`, with sudo unless root),
+so no download is needed:
 
     python -m recipes.train --config=configs/fashion_mnist_pmap.py \
         --workdir=/tmp/fashion_mnist

@@ -56,8 +56,9 @@ def load_split(data_dir: str | None, split: str) -> dict[str, np.ndarray]:
   if missing:
     raise UserError(
         f'Fashion-MNIST files not found: {", ".join(missing)}. Install them '
-        'with `sudo apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu) '
-        'or set --config.data_dir to a folder holding the four IDX .gz files.')
+        'with `apt-get install -y dataset-fashion-mnist` (Debian; with sudo '
+        'unless root) or set --config.data_dir to a folder holding the four '
+        'IDX .gz files.')
   images, labels = (read_idx(p) for p in paths)
   if len(images) != len(labels):
     raise UserError(f'{paths[0]} has {len(images)} images but {paths[1]} has '
