@@ -207,19 +207,21 @@ def _leftovers_logged():
   When orbax's read of a damaged file fails, its other reads still pending
   are abandoned: Python reports each when it is collected, and TensorStore's
   callbacks find orbax's event loop closed, each with a long traceback on
-  stderr. The failure itself is reported once, by the caller.
+  stderr (through sys.unraisablehook). The failure itself is reported once,
+  by the caller.
   """
-  hooks = sys.unraisablehook, sys.excepthook
+  previous = sys.unraisablehook
 
-  def log(*args):
-    logging.debug('After a failed checkpoint read: %s', args)
+  def log(unraisable):
+    logging.debug('After a failed checkpoint read: %s: %s',
+                  unraisable.exc_type.__name__, unraisable.exc_value)
 
-  sys.unraisablehook = sys.excepthook = log
+  sys.unraisablehook = log
   try:
     yield
   finally:
     gc.collect()  # Abandoned reads are reported now, to `log`.
-    sys.unraisablehook, sys.excepthook = hooks
+    sys.unraisablehook = previous
 
 
 def _describe(error: Exception) -> str:

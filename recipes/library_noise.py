@@ -11,7 +11,9 @@
 - orbax logs a failed save or read as errors with long tracebacks, from
   each of its threads, before the recipe reports the same failure itself in
   one line (recipes/checkpoints.py): `LibraryNoise` keeps those for the
-  debug log too.
+  debug log too. After such a failure TensorStore's callbacks find orbax's
+  event loop closed, and Python prints a traceback for each;
+  `ignore_closed_event_loops` sends those to the debug log.
 """
 
 import importlib.util
@@ -79,3 +81,22 @@ class LibraryNoise(logging.Filter):
     if record.exc_info and record.pathname.startswith(self._orbax):
       return False
     return record.levelno >= logging.WARNING
+
+
+def ignore_closed_event_loops():
+  """Callbacks' errors on finding an asyncio event loop closed go to the
+  debug log; every other error Python cannot raise is printed as before."""
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if (unraisable.exc_type is RuntimeError
+        and str(unraisable.exc_value) == 'Event loop is closed'):
+      logging.getLogger(__name__).debug(
+          'A callback found an event loop closed (after a failed checkpoint '
+          'save or read).', exc_info=(unraisable.exc_type,
+                                      unraisable.exc_value,
+                                      unraisable.exc_traceback))
+      return
+    previous(unraisable)
+
+  sys.unraisablehook = hook

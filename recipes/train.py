@@ -288,6 +288,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if not logging.level_debug():  # --verbosity=1 shows everything.
     logging.get_absl_handler().addFilter(library_noise.LibraryNoise())
+    library_noise.ignore_closed_event_loops()
   try:
     run(_CONFIG.value, _WORKDIR.value, _DISTRIBUTED.value)
   except SystemExit as e:  # A UserError: 'error: ...'.
