@@ -44,7 +44,14 @@ def hide_accelerators_from_tensorflow():
 
 
 def as_numpy(ds: tf.data.Dataset) -> Iterator[Batch]:
-  return ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
+  # Without tf.data's autotuning thread: deleting an iterator waits for it,
+  # which after a stop by SIGTERM of a multi-process run took up to a minute
+  # (a scheduler's SIGKILL came first). AUTOTUNE then means a thread per core
+  # for `map` and a prefetch buffer that grows while the consumer waits.
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return ds.with_options(options).prefetch(
+      tf.data.AUTOTUNE).as_numpy_iterator()
 
 
 def train_batches(split: Batch, *, batch_size: int, seed: int,
