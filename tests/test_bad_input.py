@@ -9,6 +9,9 @@ import pytest
 
 from tests.helpers import write_fashion_mnist
 
+# Each test runs the command (or real processes): the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -77,6 +77,7 @@ def test_every_checkpoint_carries_the_checksums_of_its_files(data_dir,
   assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow
 def test_flipped_bytes_are_found_and_the_checkpoint_before_is_used(
     data_dir, tmp_path, caplog):
   _run(data_dir, tmp_path / 'straight', 6)

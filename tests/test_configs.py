@@ -51,6 +51,7 @@ def _shrink(config):
     config.model_kwargs = kwargs
 
 
+@pytest.mark.slow  # About 8 s a config.
 @pytest.mark.parametrize('name', CONFIGS)
 def test_config_trains_a_step_on_mock_data(name, tmp_path, monkeypatch):
   config = _config(name)

@@ -30,6 +30,7 @@ def _launch(num_processes, devices, command, timeout=300):
       cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=_env())
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process(tmp_path):
   data = tmp_path / 'data'
   data.mkdir()
@@ -65,6 +66,7 @@ def test_two_processes_equal_one_process(tmp_path):
                                [one[s] for s in sorted(one)], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_failing_process_stops_the_launch_within_seconds():
   script = ('import os, sys, time\n'
             'print("ready", flush=True)\n'

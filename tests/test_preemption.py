@@ -16,6 +16,9 @@ from configs import fashion_mnist_pmap
 from recipes import checkpoints, loop
 from tests.helpers import saved_params, write_fashion_mnist
 
+# Each test runs the command (or real processes): the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_STEPS = 120
 OVERRIDES = dict(batch_size=64, num_train_steps=NUM_STEPS,

@@ -30,6 +30,7 @@ def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn'):
   return loop.train_and_evaluate(config, str(workdir))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('strategy', ['pmap', 'sharded'])
 def test_restart_resumes_and_matches_an_uninterrupted_run(
     data_dir, tmp_path, caplog, strategy):
@@ -46,6 +47,7 @@ def test_restart_resumes_and_matches_an_uninterrupted_run(
     np.testing.assert_array_equal(a, b)  # Bitwise: same data, same steps.
 
 
+@pytest.mark.slow
 def test_a_pmap_checkpoint_resumes_under_the_sharded_recipe(data_dir,
                                                             tmp_path):
   _run(data_dir, tmp_path / 'pmap', 8, 'pmap')
@@ -71,6 +73,7 @@ def _files(path):
                 for root, _, files in os.walk(path) for f in files)
 
 
+@pytest.mark.slow
 def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
                                                       caplog):
   _run(data_dir, tmp_path / 'straight', 8)

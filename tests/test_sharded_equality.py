@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from recipes import train
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
@@ -43,6 +45,7 @@ def _max_rel_diff(a: dict, b: dict) -> float:
   return max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
 
 
+@pytest.mark.slow
 def test_sharded_recipe_matches_pmap_at_every_logged_step(tmp_path):
   write_fashion_mnist(str(tmp_path), num_train=128, num_test=100)
   runs = {}
