@@ -11,5 +11,17 @@ os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_cpu_experimental_ynn_fusion_type=')
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from tests.helpers import write_fashion_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 jax.config.update('jax_num_cpu_devices', 8)
+
+
+@pytest.fixture(scope='session')
+def data_dir(tmp_path_factory):
+  """Fashion-MNIST-shaped IDX files of random images: 64 to train, 16 to
+  test (a test file may define its own)."""
+  path = tmp_path_factory.mktemp('data')
+  write_fashion_mnist(str(path), num_train=64, num_test=16)
+  return str(path)

@@ -17,13 +17,6 @@ from recipes.errors import UserError
 from tests.helpers import tiny_config, write_fashion_mnist, write_idx
 
 
-@pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  path = tmp_path_factory.mktemp('data')
-  write_fashion_mnist(str(path), num_train=64, num_test=16)
-  return str(path)
-
-
 def _config(data_dir, **overrides):
   return tiny_config(**{
       'dataset': 'fashion_mnist_idx', 'data_dir': data_dir, 'model': 'mlp',

@@ -12,15 +12,7 @@ import pytest
 
 from recipes import checkpoints, loop, preemption
 from recipes.errors import UserError
-from tests.helpers import (read_scalars, saved_params, tiny_config,
-                           write_fashion_mnist)
-
-
-@pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  path = tmp_path_factory.mktemp('data')
-  write_fashion_mnist(str(path), num_train=64, num_test=16)
-  return str(path)
+from tests.helpers import read_scalars, saved_params, tiny_config
 
 
 def _config(data_dir, **overrides):
