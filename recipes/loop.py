@@ -275,11 +275,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     return evaluate_checkpoint(config, workdir)
   run = setup(config)
   strategy, state = create_strategy(config, run)
-  with checkpoints.opened(workdir, config.keep_checkpoints or None) as mngr:
-    return _train(config, workdir, run, strategy, state, mngr)
+  # The watchdog also sees the restore and the wait for the last save.
+  with Watchdog(config.stall_timeout_seconds) as watchdog:
+    watchdog.beat('restoring the latest checkpoint')
+    with checkpoints.opened(workdir, config.keep_checkpoints or None) as mngr:
+      summary = _train(config, workdir, run, strategy, state, mngr, watchdog)
+      watchdog.beat('writing the last checkpoint')
+  return summary
 
 
-def _train(config, workdir, run, strategy, state, mngr):
+def _train(config, workdir, run, strategy, state, mngr, watchdog):
   """The loop of `train_and_evaluate`, with the workdir's checkpoints in
   `mngr` (always resumed from; saved unless checkpoint_every_steps is -1)."""
   num_steps, schedule = run.num_steps, run.schedule
@@ -331,8 +336,7 @@ def _train(config, workdir, run, strategy, state, mngr):
   pending = _PendingMetrics(strategy, stop_on_nonfinite=not skipping)
   last_log = (start_step, time.monotonic())
   eval_summary = None
-  watchdog = Watchdog(config.stall_timeout_seconds)
-  with preemption.StopRequest() as stop, watchdog:
+  with preemption.StopRequest() as stop:
     watchdog.beat(f'training step {start_step + 1} (with its compilation)')
     for step, state, metrics in train_steps(strategy, state, batches,
                                             start_step + 1, num_steps):
