@@ -5,7 +5,6 @@ tests/test_bad_input.py runs a few of these through the command itself)."""
 
 import gzip
 import math
-import os
 
 import ml_collections
 import numpy as np

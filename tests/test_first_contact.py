@@ -12,9 +12,8 @@ import pytest
 
 import zoo
 from configs import default
-from tests.helpers import saved_params, write_fashion_mnist
+from tests.helpers import ROOT, saved_params, write_fashion_mnist
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASH = shutil.which('bash')
 
 

@@ -11,9 +11,8 @@ import pytest
 
 from recipes import idx, storage, summaries
 from tests.gcs_emulator import Emulator
-from tests.helpers import read_scalars, write_fashion_mnist
+from tests.helpers import ROOT, read_scalars, write_fashion_mnist
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = 'test-bucket'
 
 

@@ -10,24 +10,18 @@ import time
 import numpy as np
 import pytest
 
-from tests.helpers import read_scalars, write_fashion_mnist
+from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
+                           write_fashion_mnist)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOCAL = os.path.join(ROOT, 'launch', 'local.sh')
 POD = os.path.join(ROOT, 'launch', 'pod.sh')
-
-
-def _env(**extra):
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith(('JAX_COORDINATOR', 'JAX_PROCESS', 'JAX_NUM_PRO'))}
-  return {**env, 'JAX_PLATFORMS': 'cpu', 'PYTHON': sys.executable, **extra}
 
 
 def _launch(num_processes, devices, command, timeout=300):
   return subprocess.run(
-      [LOCAL, f'--num_processes={num_processes}',
+      [LOCAL_LAUNCHER, f'--num_processes={num_processes}',
        f'--devices_per_process={devices}', '--', *command],
-      cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=_env())
+      cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+      env=command_env())
 
 
 @pytest.mark.slow
@@ -90,7 +84,7 @@ def _pod(*args, **env):
     os.mkdir(os.path.join(root, 'launch'))
     pod = shutil.copy(POD, os.path.join(root, 'launch'))
     result = subprocess.run(['bash', pod, *args], capture_output=True,
-                            text=True, timeout=30, cwd=root, env=_env(**env))
+                            text=True, timeout=30, cwd=root, env=command_env(**env))
     assert [(d, sorted(f)) for d, _, f in os.walk(root)] == [
         (root, []), (os.path.dirname(pod), ['pod.sh'])]
   return result

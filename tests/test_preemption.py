@@ -14,12 +14,12 @@ import pytest
 
 from configs import fashion_mnist_pmap
 from recipes import checkpoints, loop
-from tests.helpers import saved_params, write_fashion_mnist
+from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
+                           write_fashion_mnist)
 
 # Each test runs the command (or real processes): the slow tier.
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_STEPS = 120
 OVERRIDES = dict(batch_size=64, num_train_steps=NUM_STEPS,
                  checkpoint_every_steps=20, log_every_steps=40,
@@ -138,12 +138,10 @@ def _children(pid: int) -> dict[int, int]:
 
 def test_sigterm_to_one_of_two_processes_stops_both_at_one_step(
     data_dir, tmp_path):
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith(('JAX_COORDINATOR', 'JAX_PROCESS', 'JAX_NUM_PRO'))}
-  launch = [os.path.join(ROOT, 'launch', 'local.sh'), '--num_processes=2',
-            '--devices_per_process=4', '--']
+  launch = [LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=4',
+            '--']
   command = launch + _command(data_dir, tmp_path)
-  process = _start(command, env={**env, 'PYTHON': sys.executable})
+  process = _start(command, env=command_env())
   _wait_for_a_checkpoint(process, str(tmp_path))
   # A preemption notice reaches one host only; the other must stop too.
   os.kill(_children(process.pid)[1], signal.SIGTERM)

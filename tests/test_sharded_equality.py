@@ -5,16 +5,15 @@ of processes differ. The TensorBoard scalars the runs write must agree at
 every logged step: float32 on CPU, relative difference below 1e-4.
 """
 
-import os
 import subprocess
 import sys
 
 import pytest
 
 from recipes import train
-from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
+from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
+                           tiny_config, write_fashion_mnist)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAGS = {'train/loss', 'train/accuracy', 'train/learning_rate',
         'train/steps_per_sec', 'eval/loss', 'eval/accuracy'}
 SETTINGS = dict(dataset='fashion_mnist_idx', batch_size=16,
@@ -26,16 +25,14 @@ SETTINGS = dict(dataset='fashion_mnist_idx', batch_size=16,
 def _two_processes(data_dir: str, workdir: str):
   """The sharded recipe as 2 processes x 4 devices, mesh data=fsdp=tensor=2."""
   flags = [f'--config.{k}={v}' for k, v in SETTINGS.items()]
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith(('JAX_COORDINATOR', 'JAX_PROCESS', 'JAX_NUM_PRO'))}
   result = subprocess.run(
-      [os.path.join(ROOT, 'launch', 'local.sh'), '--num_processes=2',
+      [LOCAL_LAUNCHER, '--num_processes=2',
        '--devices_per_process=4', '--', sys.executable, '-m', 'recipes.train',
        '--config=configs/fashion_mnist_sharded.py', f'--workdir={workdir}',
        f'--config.data_dir={data_dir}', *flags, '--config.mesh.data=2',
        '--config.mesh.fsdp=2', '--config.mesh.tensor=2'],
       cwd=ROOT, capture_output=True, text=True, timeout=300,
-      env={**env, 'JAX_PLATFORMS': 'cpu', 'PYTHON': sys.executable})
+      env=command_env())
   assert result.returncode == 0, result.stdout[-3000:]
   assert result.stdout.count('over 100 examples') == 2  # Logged by [0].
 

@@ -17,10 +17,9 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import (command_env, read_scalars, saved_params,
+from tests.helpers import (ROOT, command_env, read_scalars, saved_params,
                            write_fashion_mnist)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, 'launch', 'slurm.sbatch')
 NODES = ('cpu1', 'cpu2', 'gpu2', 'gpu8')
 JOB_MINUTES = 3  # Each job's --time: SLURM ends a hung job.
