@@ -52,7 +52,7 @@ bench() {  # NAME [FLAGS...]: one run; its JSON line goes to results.jsonl.
   local name=$1
   shift
   echo "=== $name: $*" >>"$LOG"
-  timeout 240 $PY -m recipes.bench --dtype=bfloat16 --batch_size="$BATCH" \
+  timeout 240 $PY -m recipes.bench.step --dtype=bfloat16 --batch_size="$BATCH" \
     --devices=1 --steps="$STEPS" --warmup=3 --json="$JSON/$name.json" "$@" \
     >>"$LOG" 2>&1 || echo "=== $name failed or timed out (rc $?)" >>"$LOG"
   [ -f "$JSON/$name.json" ] && $PY -c 'import json, sys

@@ -5,7 +5,7 @@
 
 Each process gets JAX_COORDINATOR_ADDRESS (127.0.0.1 and a free port),
 JAX_NUM_PROCESSES, JAX_PROCESS_ID and JAX_NUM_CPU_DEVICES in its environment;
-the recipe's `recipes/distributed.py` turns them into
+the recipe's `recipes/parallel/distributed.py` turns them into
 `jax.distributed.initialize(...)`. Every output line is prefixed with its
 process index. As soon as one process fails, the others are stopped and the
 launcher exits with that process's status; it exits 0 when all succeed.

@@ -3,7 +3,7 @@
 Reads the data, builds the model and optimizer from the config, then runs
 train steps with periodic evaluation, CLU summaries and progress reports.
 Only the placement of state and batches and the compiled steps depend on
-`config.strategy` (recipes/pmap_strategy.py, recipes/sharded_strategy.py).
+`config.strategy` (recipes/parallel/pmap.py, recipes/parallel/sharded.py).
 """
 
 import dataclasses
@@ -22,14 +22,14 @@ from clu import parameter_overview, periodic_actions
 from flax import traverse_util
 
 import zoo
-from recipes import (checkpoints, datasets, input_pipeline, optimizers,
-                     preemption, sharded_strategy, storage, streaming,
-                     summaries, train_state, validation)
+from recipes import checkpoints, optimizers, preemption, storage, summaries, train_state, validation
+from recipes.data import datasets, in_memory, streaming
+from recipes.parallel import sharded
 from recipes.dispatch import OneAhead
 from recipes.errors import UserError, check_divisible
-from recipes.pmap_strategy import PmapStrategy
-from recipes.preprocess import Preprocessing
-from recipes.sharded_strategy import ShardedStrategy
+from recipes.parallel.pmap import PmapStrategy
+from recipes.data.preprocess import Preprocessing
+from recipes.parallel.sharded import ShardedStrategy
 from recipes.watchdog import Watchdog
 
 
@@ -37,7 +37,7 @@ def _batch_divisor(config) -> tuple[int, str]:
   """What the global batch is split into, and how to name it."""
   if config.strategy == 'pmap':
     return jax.device_count(), 'devices'
-  data, fsdp, _ = sharded_strategy.mesh_shape(config.mesh, jax.device_count())
+  data, fsdp, _ = sharded.mesh_shape(config.mesh, jax.device_count())
   # Each process loads its own rows, so they must also divide evenly.
   return (math.lcm(data * fsdp, jax.process_count()),
           'batch shards (mesh.data x mesh.fsdp)')
@@ -106,7 +106,7 @@ def evaluate(strategy, state, data, batch_size: int, at_batch=None):
   `at_batch(i, n)`, if given, is called before batch i of n (from 1); when
   it returns True the evaluation stops and returns None.
   """
-  count = input_pipeline.num_eval_steps(data.num_eval, batch_size)
+  count = in_memory.num_eval_steps(data.num_eval, batch_size)
   one_ahead = OneAhead()
   metrics = []
   batches = strategy.place_batches(data.eval_batches(batch_size=batch_size))
@@ -160,7 +160,7 @@ def setup(config: ml_collections.ConfigDict) -> Setup:
   data = datasets.load(config.dataset, config.data_dir or None,
                        config.train_split, config.eval_split, preprocessing)
   num_train = data.num_train
-  per_epoch = input_pipeline.steps_per_epoch(num_train, config.batch_size)
+  per_epoch = in_memory.steps_per_epoch(num_train, config.batch_size)
   if per_epoch == 0:
     raise UserError(f'batch_size {config.batch_size} is larger than the '
                     f'{num_train} training examples.')

@@ -22,13 +22,15 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from configs import default
+from recipes import defaults as default
 from recipes import library_noise
 
 library_noise.import_tensorflow()  # Before anything else loads it.
 
 # pylint: disable-next=wrong-import-position
-from recipes import distributed, input_pipeline, loop, storage, validation
+from recipes import loop, storage, validation
+from recipes.data import in_memory
+from recipes.parallel import distributed
 from recipes.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -75,7 +77,7 @@ class _ConfigFileParser(flags.ArgumentParser):
     if not isinstance(config, ml_collections.ConfigDict):
       raise UserError(f'get_config() in {path!r} returned a '
                       f'{type(config).__name__}, not an ml_collections.'
-                      'ConfigDict; start from configs/default.get_config() '
+                      'ConfigDict; start from recipes/defaults.get_config() '
                       'and return that.')
     config.lock()  # Overrides may change fields, not add them.
     self.config = config
@@ -137,7 +139,7 @@ def run(config, workdir: str, use_distributed: bool = False):
   """Trains with `config` in `workdir`; a UserError exits with one line."""
   try:
     validation.check(config)  # Before anything is loaded or written.
-    input_pipeline.hide_accelerators_from_tensorflow()
+    in_memory.hide_accelerators_from_tensorflow()
     distributed.initialize(use_distributed)
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',
                  jax.__version__, jax.process_index(), jax.process_count(),
@@ -172,12 +174,12 @@ def _unknown_field(config, argv) -> str | None:
       others = [n for n in names if not field.startswith(n + '.')]
       close = [f"'{n}'" for n in difflib.get_close_matches(field, others)]
       if not close:
-        return (f"unknown config field '{field}'; see configs/default.py for "
+        return (f"unknown config field '{field}'; see recipes/defaults.py for "
                 'all fields.')
       if len(close) > 1:
         close = [', '.join(close[:-1]), close[-1]]
       return (f"unknown config field '{field}'; did you mean "
-              f"{' or '.join(close)}? See configs/default.py for all fields.")
+              f"{' or '.join(close)}? See recipes/defaults.py for all fields.")
   return None
 
 
@@ -256,7 +258,7 @@ def _help(argv) -> str:
   values = (f'as {_split_config_argument(path)[0]} sets them' if path else
             'and their defaults')
   lines += ['', textwrap.fill(
-      f'Config fields {values} (configs/default.py says what each does); '
+      f'Config fields {values} (recipes/defaults.py says what each does); '
       'override any with --config.FIELD=VALUE:', 79)]
   fields = [(name, value) for name, value in _fields(config)
             if not isinstance(value, ml_collections.ConfigDict) or not value]

@@ -1,6 +1,6 @@
 """Checks every config field before anything is loaded or written.
 
-One rule per field of configs/default.py: what values it allows, written once
+One rule per field of recipes/defaults.py: what values it allows, written once
 so that the error and the check cannot disagree. A bad value ends the run with
 one line naming the field, the value and what is allowed. What depends on the
 devices or the data (the mesh against the device count, the batch against the
@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import ml_collections
 
-from recipes import optimizers, preprocess
+from recipes import optimizers
+from recipes.data import preprocess
 from recipes.errors import UserError
 
 STRATEGIES = ('pmap', 'sharded')
@@ -116,7 +117,7 @@ RULES = {
 }
 RULES['mesh.fsdp'] = RULES['mesh.tensor'] = RULES['mesh.data']
 # Checked by their own modules, which know what a valid entry is: the rules
-# by recipes/partition_rules.py, the model's arguments by the model.
+# by recipes/parallel/partition_rules.py, the model's arguments by the model.
 CHECKED_ELSEWHERE = ('partition_rules', 'path_rules', 'model_kwargs')
 
 
@@ -131,13 +132,13 @@ def check(config: ml_collections.ConfigDict):
   if not isinstance(config, ml_collections.ConfigDict):
     raise UserError(f'the config is a {type(config).__name__}, not an '
                     'ml_collections.ConfigDict: make get_config() start from '
-                    'configs/default.get_config() and return it.')
+                    'recipes/defaults.get_config() and return it.')
   for name, rule in RULES.items():
     try:
       value = _value(config, name)
     except (KeyError, AttributeError):
       raise UserError(f'the config has no field {name}: make get_config() '
-                      'start from configs/default.get_config().') from None
+                      'start from recipes/defaults.get_config().') from None
     if not rule.allows(value):
       raise UserError(f'config field {name} is {value!r}; it must be '
                       f'{rule.allowed}.')

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import tensorflow as tf
 
-from configs import default
+from recipes import defaults as default
 from recipes import checkpoints, summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,6 +12,7 @@ import pytest
 
 import zoo
 from recipes import bench
+from recipes.bench import step as bench_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ('model', 'strategy', 'dtype', 'batch_size', 'images_per_sec',
@@ -79,7 +80,7 @@ def test_largest_ops_of_a_gpu_shaped_trace(tmp_path):
   path = tmp_path / 'perfetto_trace.json.gz'
   with gzip.open(path, 'wt') as f:
     json.dump(dict(traceEvents=events), f)
-  lines = bench.largest_ops(str(path)).splitlines()
+  lines = bench_step.largest_ops(str(path)).splitlines()
   assert lines[0].startswith('largest device ops of one step')
   rows = [line.split() for line in lines[1:]]
   assert [r[-1] for r in rows] == ['jit_train_step', 'cutlass_gemm',
@@ -98,12 +99,12 @@ def test_float16_trains_with_loss_scaling(tmp_path):
 
 
 def test_peak_table():
-  assert bench.peak_tflops('NVIDIA H200') == 989
-  assert bench.peak_tflops('NVIDIA A100-SXM4-80GB') == 312
-  assert bench.peak_tflops('TPU v5 lite') == 197
-  assert bench.peak_tflops('TPU v5') == 459
-  assert bench.peak_tflops('TPU v6 lite') == 918
-  assert bench.peak_tflops('cpu') is None
+  assert bench_step.peak_tflops('NVIDIA H200') == 989
+  assert bench_step.peak_tflops('NVIDIA A100-SXM4-80GB') == 312
+  assert bench_step.peak_tflops('TPU v5 lite') == 197
+  assert bench_step.peak_tflops('TPU v5') == 459
+  assert bench_step.peak_tflops('TPU v6 lite') == 918
+  assert bench_step.peak_tflops('cpu') is None
 
 
 @pytest.mark.parametrize('flags,message', [

@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from configs import default
+from recipes import defaults as default
 from recipes import checkpoints, loop, validation
 from recipes.errors import UserError
 from tests.helpers import tiny_config, write_fashion_mnist, write_idx

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from configs import default
-from recipes import datasets, loop
+from recipes import defaults as default
+from recipes import loop
+from recipes.data import datasets
 from tests.helpers import write_fashion_mnist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

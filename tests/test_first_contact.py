@@ -11,7 +11,7 @@ import ml_collections
 import pytest
 
 import zoo
-from configs import default
+from recipes import defaults as default
 from tests.helpers import ROOT, saved_params, write_fashion_mnist
 
 BASH = shutil.which('bash')

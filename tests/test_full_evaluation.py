@@ -15,7 +15,8 @@ import optax
 import pytest
 
 import zoo
-from recipes import idx, loop
+from recipes import loop
+from recipes.data import idx
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
                            saved_params, tiny_config)
 

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from recipes import idx, storage, summaries
+from recipes import storage, summaries
+from recipes.data import idx
 from tests.gcs_emulator import Emulator
 from tests.helpers import ROOT, read_scalars, write_fashion_mnist
 

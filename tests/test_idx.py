@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from recipes import datasets, idx
+from recipes.data import datasets, idx
 from recipes.errors import UserError
 from tests.helpers import write_fashion_mnist, write_idx
 

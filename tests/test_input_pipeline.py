@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from recipes import input_pipeline
+from recipes.data import in_memory
 
 
 def _split(n):
@@ -10,7 +10,7 @@ def _split(n):
 
 
 def _train_ids(split, **kw):
-  return [b['label'] for b in input_pipeline.train_batches(split, **kw)]
+  return [b['label'] for b in in_memory.train_batches(split, **kw)]
 
 
 def test_epochs_are_permutations_dropping_the_remainder():
@@ -55,7 +55,7 @@ def test_processes_read_disjoint_slices_of_the_same_global_batch(
 def test_images_scaled_to_unit_interval():
   split = {'image': np.array([[[[0]]], [[[255]]]] * 4, np.uint8),
            'label': np.zeros(8, np.int64)}
-  batch = next(input_pipeline.train_batches(split, batch_size=8, seed=0,
+  batch = next(in_memory.train_batches(split, batch_size=8, seed=0,
                                             start_step=0, num_steps=1))
   assert batch['image'].dtype == np.float32
   assert set(batch['image'].ravel()) == {0.0, 1.0}
@@ -64,7 +64,7 @@ def test_images_scaled_to_unit_interval():
 
 def test_eval_visits_every_example_once_and_masks_padding():
   split = _split(37)
-  batches = list(input_pipeline.eval_batches(split, batch_size=16))
+  batches = list(in_memory.eval_batches(split, batch_size=16))
   assert len(batches) == 3
   ids = np.concatenate([b['label'][b['mask']] for b in batches])
   np.testing.assert_array_equal(ids, np.arange(37))

@@ -4,7 +4,7 @@ import optax
 import pytest
 
 from recipes import loop, optimizers, train_state
-from recipes.pmap_strategy import PmapStrategy
+from recipes.parallel.pmap import PmapStrategy
 from tests.helpers import BatchNormNet, tiny_config
 
 

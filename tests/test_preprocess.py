@@ -3,9 +3,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes import datasets, input_pipeline, preprocess
+from recipes.data import datasets, in_memory, preprocess
 from recipes.errors import UserError
-from recipes.preprocess import Preprocessing
+from recipes.data.preprocess import Preprocessing
 
 
 def _seed(i):
@@ -68,7 +68,7 @@ def test_augmented_batches_obey_the_data_order_rule(monkeypatch):
   prep = Preprocessing(augment='cifar')
 
   def images(start_step):
-    return np.stack([b['image'] for b in input_pipeline.train_batches(
+    return np.stack([b['image'] for b in in_memory.train_batches(
         split, batch_size=8, seed=1, start_step=start_step, num_steps=6,
         preprocessing=prep)])
 

@@ -6,7 +6,7 @@ import optax
 
 import zoo
 from recipes import checkpoints
-from recipes.sharded_strategy import ShardedStrategy, make_mesh
+from recipes.parallel.sharded import ShardedStrategy, make_mesh
 
 
 def _strategy(mesh, devices=None):

@@ -11,9 +11,10 @@ from jax.sharding import PartitionSpec as P
 from ml_collections import config_flags
 
 import zoo
-from recipes import loop, partition_rules
+from recipes import loop
+from recipes.parallel import partition_rules
 from recipes.errors import UserError
-from recipes.sharded_strategy import ShardedStrategy, make_mesh, mesh_shape
+from recipes.parallel.sharded import ShardedStrategy, make_mesh, mesh_shape
 from tests.helpers import tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

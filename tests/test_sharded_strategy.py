@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import zoo
-from recipes.sharded_strategy import ShardedStrategy, make_mesh
+from recipes.parallel.sharded import ShardedStrategy, make_mesh
 from tests.helpers import BatchNormNet
 
 DP = dict(data=-1, fsdp=1, tensor=1)

@@ -166,7 +166,7 @@ PROBE = """#!{python}
 import json, os, sys
 sys.path.insert(0, os.getcwd())
 import jax
-from recipes import distributed
+from recipes.parallel import distributed
 distributed.initialize(False)
 print('PROBE', json.dumps(dict(
     process=jax.process_index(), node=os.environ['SLURMD_NODENAME'],

@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
-from recipes import datasets, loop, optimizers, train, train_state
-from recipes.pmap_strategy import PmapStrategy
+from recipes import loop, optimizers, train, train_state
+from recipes.data import datasets
+from recipes.parallel.pmap import PmapStrategy
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
 TAGS = {'train/loss', 'train/accuracy', 'train/grad_norm',

@@ -13,7 +13,7 @@ incomplete batch of each epoch is dropped. Evaluation visits every example
 exactly once: the last batch is padded and the padding has `mask` False.
 
 Batches come out as numpy dicts with a leading local-batch axis: `image`
-float32 (see recipes/preprocess.py), `label` int32, and `mask` bool for
+float32 (see recipes/data/preprocess.py), `label` int32, and `mask` bool for
 evaluation. Placing them on devices is the strategy's job.
 """
 
@@ -23,8 +23,8 @@ from typing import Iterator
 import numpy as np
 import tensorflow as tf
 
-from recipes.distributed import process_slice
-from recipes.preprocess import Preprocessing
+from recipes.parallel.distributed import process_slice
+from recipes.data.preprocess import Preprocessing
 
 Batch = dict[str, np.ndarray]
 

@@ -1,7 +1,7 @@
 """Sharded training with `jax.jit` on a ('data', 'fsdp', 'tensor') device mesh.
 
 Every array is global: each parameter and its optimizer state are split over
-the mesh by the partition rules (recipes/partition_rules.py), the batch over
+the mesh by the partition rules (recipes/parallel/partition_rules.py), the batch over
 ('data', 'fsdp'), and the shared steps run under `jax.jit` with these
 shardings; XLA inserts the cross-device reductions that pmap spells out.
 
@@ -12,7 +12,7 @@ shardings; XLA inserts the cross-device reductions that pmap spells out.
             features and attention heads)
 
 Each process feeds only its own rows of every global batch (see
-recipes/input_pipeline.py) and `jax.make_array_from_process_local_data`
+recipes/data/in_memory.py) and `jax.make_array_from_process_local_data`
 assembles the global array, so the same code runs on one host and on a pod.
 """
 
@@ -30,10 +30,11 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 import zoo
-from recipes import partition_rules, steps, train_state
-from recipes.distributed import process_slice
+from recipes import steps, train_state
+from recipes.parallel import partition_rules
+from recipes.parallel.distributed import process_slice
 from recipes.errors import UserError
-from recipes.partition_rules import BATCH_AXES, MESH_AXES
+from recipes.parallel.partition_rules import BATCH_AXES, MESH_AXES
 
 
 def mesh_shape(sizes: Mapping[str, int], num_devices: int) -> tuple[int, ...]:
@@ -82,7 +83,7 @@ class ShardedStrategy:
   parameters' shapes and logical names and from the rules. `rules` are Flax
   logical-axis rules (e.g. `zoo.default_rules(name)`; `from_config` picks
   them), `path_rules` regex rules on parameter paths; see
-  recipes/partition_rules.py.
+  recipes/parallel/partition_rules.py.
   """
 
   name = 'sharded'

@@ -17,8 +17,8 @@ import jax
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes import input_pipeline
-from recipes.preprocess import Preprocessing
+from recipes.data import in_memory
+from recipes.data.preprocess import Preprocessing
 
 _SHUFFLE_BATCHES = 16  # Shuffle buffer, in local batches.
 
@@ -58,7 +58,7 @@ class StreamingDataset:
         decoders={'image': tfds.decode.SkipDecoding()})
 
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
-                    num_steps: int) -> Iterator[input_pipeline.Batch]:
+                    num_steps: int) -> Iterator[in_memory.Batch]:
     local = batch_size // jax.process_count()
     # Distinct augmentation seeds on every process and example.
     offset = jax.process_index() << 40
@@ -75,12 +75,12 @@ class StreamingDataset:
           .enumerate(start_step * local)
           .map(example, num_parallel_calls=tf.data.AUTOTUNE)
           .batch(local, drop_remainder=True))
-    return input_pipeline.as_numpy(ds)
+    return in_memory.as_numpy(ds)
 
   def eval_batches(self, *, batch_size: int
-                   ) -> Iterator[input_pipeline.Batch]:
+                   ) -> Iterator[in_memory.Batch]:
     local = batch_size // jax.process_count()
-    steps = input_pipeline.num_eval_steps(self.num_eval, batch_size)
+    steps = in_memory.num_eval_steps(self.num_eval, batch_size)
 
     def example(ex):
       return {'image': self.preprocessing.eval(ex['image']),
@@ -95,4 +95,4 @@ class StreamingDataset:
           .concatenate(padding.repeat())
           .take(steps * local)
           .batch(local))
-    return input_pipeline.as_numpy(ds)
+    return in_memory.as_numpy(ds)

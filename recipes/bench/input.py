@@ -2,7 +2,7 @@
 
     python -m recipes.bench --input_only --model=cnn --batch_size=128
 
-Runs the recipes' tf.data training pipeline (`input_pipeline.train_batches`
+Runs the recipes' tf.data training pipeline (`in_memory.train_batches`
 with `Preprocessing`) over synthetic in-memory splits of random uint8 images
 shaped like the real datasets, and reports batches/s and images/s:
 
@@ -11,10 +11,10 @@ shaped like the real datasets, and reports batches/s and images/s:
                    normalization
 
 Then it times the train step of `--model` at the same batch on one device
-(`--strategy=jit`, recipes/bench.py) and gives how many times more batches/s
+(`--strategy=jit`, recipes/bench/step.py) and gives how many times more batches/s
 each pipeline delivers than the step consumes. Each is measured alone: where
 the pipeline and the step share the same CPU cores, as on a laptop, the
-end-to-end rate is lower than either (recipes/bench_epoch.py measures that).
+end-to-end rate is lower than either (recipes/bench/epoch.py measures that).
 Needs TensorFlow, unlike the rest of the benchmark.
 """
 
@@ -23,9 +23,10 @@ import time
 
 import numpy as np
 
-from recipes import bench, input_pipeline
+from recipes.bench import step as bench_step
+from recipes.data import in_memory
 from recipes.errors import UserError
-from recipes.preprocess import Preprocessing
+from recipes.data.preprocess import Preprocessing
 
 SPLITS = {
     'fashion_mnist': ((28, 28, 1), Preprocessing()),
@@ -40,7 +41,7 @@ def pipeline_batches_per_sec(shape, preprocessing: Preprocessing,
   rng = np.random.default_rng(0)
   split = {'image': rng.integers(0, 256, (num_examples, *shape), np.uint8),
            'label': rng.integers(0, 10, num_examples, np.int64)}
-  batches = input_pipeline.train_batches(
+  batches = in_memory.train_batches(
       split, batch_size=batch_size, seed=0, start_step=0,
       num_steps=_WARMUP_BATCHES + num_batches, preprocessing=preprocessing)
   for _ in range(_WARMUP_BATCHES):
@@ -53,20 +54,20 @@ def pipeline_batches_per_sec(shape, preprocessing: Preprocessing,
 
 def run(args: argparse.Namespace) -> dict:
   """Pipeline rates, the train step's rate and their ratios, as a dict."""
-  input_pipeline.hide_accelerators_from_tensorflow()
+  in_memory.hide_accelerators_from_tensorflow()
   if args.input_examples < args.batch_size:
     raise UserError(f'--input_examples={args.input_examples} is '
                           f'smaller than one batch of {args.batch_size}.')
   num_batches = args.input_batches
   pipelines = {}
   for name, (shape, preprocessing) in SPLITS.items():
-    bench.log(f'input pipeline {name}: {num_batches} batches of '
+    bench_step.log(f'input pipeline {name}: {num_batches} batches of '
               f'{args.batch_size}...')
     rate = pipeline_batches_per_sec(shape, preprocessing, args.input_examples,
                                     args.batch_size, num_batches)
     pipelines[name] = {'batches_per_sec': rate,
                        'images_per_sec': rate * args.batch_size}
-  step = bench.run(argparse.Namespace(**{**vars(args), 'strategy': 'jit',
+  step = bench_step.run(argparse.Namespace(**{**vars(args), 'strategy': 'jit',
                                          'devices': None, 'profile': None}))
   step_rate = 1 / step['step_time_median_s']
   for result in pipelines.values():

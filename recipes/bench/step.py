@@ -18,7 +18,7 @@ run untimed, then each of `--steps` steps is timed to `block_until_ready`.
 This path imports neither TensorFlow nor TFDS nor ml_collections, so it runs
 where only jax, flax, optax (and clu, for the step's metrics) are installed.
 `--input_only` instead measures the tf.data input pipeline
-(recipes/bench_input.py), which does need TensorFlow.
+(recipes/bench/input.py), which does need TensorFlow.
 """
 
 import argparse
@@ -27,8 +27,9 @@ import collections
 import dataclasses
 import functools
 import glob
-import gzip
 import json
+import gzip
+
 import os
 import sys
 import time
@@ -42,11 +43,11 @@ from flax import jax_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import zoo
-from recipes import steps, storage, train_state
+from recipes import steps, train_state
 from recipes.dispatch import OneAhead
 from recipes.errors import UserError, check_divisible
-from recipes.pmap_strategy import PmapStrategy
-from recipes.sharded_strategy import ShardedStrategy, make_mesh
+from recipes.parallel.pmap import PmapStrategy
+from recipes.parallel.sharded import ShardedStrategy, make_mesh
 
 STRATEGIES = ('jit', 'pmap', 'sharded')
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16,
@@ -114,7 +115,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       '(jax.profiler) and print its largest ops')
   p.add_argument('--input_only', action='store_true',
                  help='measure the tf.data input pipeline instead '
-                      '(recipes/bench_input.py; needs TensorFlow)')
+                      '(recipes/bench/input.py; needs TensorFlow)')
   p.add_argument('--input_examples', type=int, default=50_000,
                  help='--input_only: examples in each synthetic split')
   p.add_argument('--input_batches', type=int, default=300,
@@ -382,23 +383,3 @@ def run(args) -> dict:
   if args.profile:
     log(profile_one_step(setup, state, args.profile))
   return result
-
-
-def main(argv: list[str] | None = None) -> dict:
-  args = parse_args(argv)
-  try:
-    if args.input_only:
-      from recipes import bench_input  # pylint: disable=g-import-not-at-top
-      result = bench_input.run(args)
-    else:
-      result = run(args)
-      print(table(result))
-  except UserError as e:
-    sys.exit(f'error: {e}')
-  if args.json:
-    storage.path(args.json).write_text(json.dumps(result, indent=2))
-  return result
-
-
-if __name__ == '__main__':
-  main()

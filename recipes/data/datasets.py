@@ -4,12 +4,12 @@ Two sources give the same TFDS-style examples (`image`, `label`):
 - any TFDS builder by name (`mnist`, `fashion_mnist`, `cifar10`,
   `imagenet2012`, ...), downloaded and prepared into `data_dir` on first use;
 - `fashion_mnist_idx`: real Fashion-MNIST read offline from the IDX files of
-  Debian's `dataset-fashion-mnist` package (see recipes/idx.py).
+  Debian's `dataset-fashion-mnist` package (see recipes/data/idx.py).
 Datasets of fixed-size images (the MNIST family, CIFAR) are held in host
 memory, which lets the pipeline pick any example by index and makes the data
-order a pure function of (seed, step) (recipes/input_pipeline.py). Datasets of
+order a pure function of (seed, step) (recipes/data/in_memory.py). Datasets of
 encoded JPEGs (`augment='imagenet'`) are streamed instead
-(recipes/streaming.py), with the differences documented there.
+(recipes/data/streaming.py), with the differences documented there.
 
 Both kinds offer the same interface to the loop: `num_classes`, `num_train`,
 `num_eval`, `image_shape`, `train_batches(...)` and `eval_batches(...)`.
@@ -23,9 +23,9 @@ import numpy as np
 import requests
 import tensorflow_datasets as tfds
 
-from recipes import idx, input_pipeline, streaming
+from recipes.data import idx, in_memory, streaming
 from recipes.errors import UserError
-from recipes.preprocess import Preprocessing
+from recipes.data.preprocess import Preprocessing
 
 OFFLINE_DATASETS = {'fashion_mnist_idx': (idx.load_split, 10)}
 _FEATURES = ('image', 'label')
@@ -66,11 +66,11 @@ class InMemoryDataset:
     return len(self.eval['label'])
 
   def train_batches(self, **kwargs):
-    return input_pipeline.train_batches(
+    return in_memory.train_batches(
         self.train, preprocessing=self.preprocessing, **kwargs)
 
   def eval_batches(self, **kwargs):
-    return input_pipeline.eval_batches(
+    return in_memory.eval_batches(
         self.eval, preprocessing=self.preprocessing, **kwargs)
 
 

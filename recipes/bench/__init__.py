@@ -1,0 +1,29 @@
+"""Benchmarks: `python -m recipes.bench` times the train step (step.py) or,
+with `--input_only`, the input pipeline (input.py); `python -m
+recipes.bench.epoch` a whole epoch of the recipe and `python -m
+recipes.bench.checkpoints` saving and restoring."""
+
+import json
+import sys
+
+from recipes import storage
+from recipes.bench import step
+from recipes.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> dict:
+  """The command line of `python -m recipes.bench`; returns the result."""
+  args = step.parse_args(argv)
+  try:
+    if args.input_only:
+      # Only this mode needs TensorFlow; the step bench runs without it.
+      from recipes.bench import input as input_bench  # pylint: disable=g-import-not-at-top
+      result = input_bench.run(args)
+    else:
+      result = step.run(args)
+      print(step.table(result))
+  except UserError as e:
+    sys.exit(f'error: {e}')
+  if args.json:
+    storage.path(args.json).write_text(json.dumps(result, indent=2))
+  return result

@@ -1,0 +1,3 @@
+from recipes.bench import main
+
+main()
