@@ -1,9 +1,9 @@
 """Tests of the model zoo, parametrized over every registered model.
 
-Registering a model is enough to have it tested; it needs an entry in
-REFERENCE_PARAMS. Forward and gradient tests run a small version of each model
-(`_small`: the same structure with fewer, narrower layers, 32x32 inputs);
-parameter counts and FLOPs are checked at full size through shapes alone.
+Registering a model is enough to have it tested: its spec gives the tiny
+kwargs of the forward and gradient tests (the same structure with fewer,
+narrower layers) and the published counts that parameters and FLOPs are
+checked against at full size, through shapes alone.
 """
 
 import functools
@@ -16,35 +16,9 @@ import optax
 import pytest
 
 import zoo
+from recipes.parallel import partition_rules
 from zoo import __main__ as zoo_main
-
-# Parameter counts at the registered defaults: the ImageNet models' as
-# published (torchvision / timm, 1000 classes at 224x224).
-REFERENCE_PARAMS = {
-    'cnn': 824_458,  # Flax's MNIST example.
-    'mlp': 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10,
-    'resnet18': 11_689_512,
-    'resnet34': 21_797_672,
-    'resnet50': 25_557_032,
-    'resnet101': 44_549_160,
-    'resnet152': 60_192_808,
-    'vit_ti16': 5_717_416,
-    'vit_s16': 22_050_664,
-    'vit_b16': 86_567_656,
-    'vit_l16': 304_326_632,
-    # The papers give these to two or three digits (10 classes, 32x32).
-    'resnet20': pytest.approx(0.27e6, rel=0.02),
-    'resnet56': pytest.approx(0.85e6, rel=0.02),
-    'wrn28_10': pytest.approx(36.5e6, rel=0.01),
-}
-
-# Published forward GFLOPs per example: 2 x GMACs.
-REFERENCE_GFLOPS = {'resnet50': 2 * 4.1, 'vit_b16': 2 * 17.6}
-
-# Fields that shrink a model for the fast tests, applied where a model has them.
-_SMALL_FIELDS = dict(num_filters=8, depth=10, widen_factor=1, hidden_size=32,
-                     num_layers=2, num_heads=2, mlp_dim=64, patch_size=8)
-
+from zoo import vit
 
 # jaxlib 0.12's XLA:CPU turns some bfloat16 conv + add + mean graphs (the last
 # stage of resnet20/56, wrn28_10) into NaN when it fuses them for YNNPACK; the
@@ -64,22 +38,17 @@ def _fast_compiles():
 
 @functools.lru_cache(maxsize=None)
 def _info(name):
+  """Full-size info, traced once per model however many tests ask."""
   return zoo.model_info(name)
 
 
 def _small(name, **kwargs):
-  """Returns a small version of model `name` and a batch of 2 inputs for it."""
-  model = zoo.create(name, num_classes=7, **kwargs)
-  shape = zoo.input_shape(name)
-  shrink = {k: v for k, v in _SMALL_FIELDS.items() if hasattr(model, k)}
-  if hasattr(model, 'stage_sizes'):
-    shrink['stage_sizes'] = (1,) * len(model.stage_sizes)
-  if shape[0] > 32:
-    shape = (32, 32, shape[2])
-  if hasattr(model, 'image_size'):
-    shrink['image_size'] = shape[0]
-  x = jax.random.normal(jax.random.PRNGKey(1), (2, *shape))
-  return model.clone(**shrink), x
+  """The test-size model `name` (its spec's test kwargs, 7 classes) and a
+  batch of 2 inputs for it."""
+  spec = zoo.spec(name)
+  kwargs = {**spec.test_kwargs, 'num_classes': 7, **kwargs}
+  x = jax.random.normal(jax.random.PRNGKey(1), (2, *spec.test_input()))
+  return zoo.create(name, **kwargs), x
 
 
 def _is_box(x):
@@ -152,14 +121,21 @@ def test_gradient_step_changes_parameters(name):
 
 
 @pytest.mark.parametrize('name', zoo.list_models())
-def test_parameter_count_at_full_size(name):
-  assert name in REFERENCE_PARAMS, f'add {name} to REFERENCE_PARAMS'
-  assert _info(name).num_params == REFERENCE_PARAMS[name]
+def test_spec_is_complete_and_gives_the_published_parameter_count(name):
+  spec = zoo.spec(name)
+  assert spec.test_kwargs is not None, f'register {name} with test_kwargs'
+  assert spec.family in partition_rules.FAMILY_RULES
+  if spec.reference_params is not None:
+    assert zoo.num_params(name) == pytest.approx(
+        spec.reference_params, rel=spec.reference_params_rtol)
 
 
-@pytest.mark.parametrize('name', sorted(REFERENCE_GFLOPS))
+@pytest.mark.parametrize('name', [n for n in zoo.list_models()
+                                  if zoo.spec(n).reference_gflops])
 def test_flops_match_published(name):
-  assert _info(name).gflops == pytest.approx(REFERENCE_GFLOPS[name], rel=0.05)
+  # Within 5%: the papers' conventions differ a little from our count.
+  assert _info(name).gflops == pytest.approx(zoo.spec(name).reference_gflops,
+                                             rel=0.05)
 
 
 def test_flops_count_multiply_adds_twice():
@@ -176,24 +152,27 @@ def test_flops_count_multiply_adds_twice():
 
 
 def test_model_info_follows_overrides():
-  small = zoo.model_info('vit_s16', input_shape=(32, 32, 3), num_classes=10,
-                         patch_size=4, image_size=32)
+  small = zoo.model_info('vit_s16', num_classes=10, patch_size=4,
+                         image_size=32)
   assert small.input_shape == (32, 32, 3)
   # The position embeddings shrink to 8 x 8 patches + the class token.
-  assert small.num_params == (REFERENCE_PARAMS['vit_s16'] - 384 * 990 - 990
-                              - (197 - 65) * 384 - 3 * 384 * (256 - 16))
+  assert small.num_params == (zoo.spec('vit_s16').reference_params
+                              - 384 * 990 - 990 - (197 - 65) * 384
+                              - 3 * 384 * (256 - 16))
   assert small.gflops < _info('vit_s16').gflops
 
 
-def test_table_lists_every_model(capsys, monkeypatch):
-  monkeypatch.setattr(zoo, 'model_info', _info)
-  zoo_main.main()
-  rows = capsys.readouterr().out.splitlines()[1:]
+def test_table_lists_every_model():
+  def test_size(name):  # Every model, cheaply.
+    return zoo.model_info(name, **zoo.spec(name).test_kwargs)
+
+  rows = zoo_main.table(zoo.list_models(), test_size).splitlines()[1:]
   assert [row.split()[0] for row in rows] == zoo.list_models()
-  params, gflops, shape = next(
-      r for r in rows if r.startswith('resnet50 ')).split()[1:]
-  assert (params, shape) == ('25,557,032', '224x224x3')
-  assert float(gflops) == pytest.approx(REFERENCE_GFLOPS['resnet50'], rel=0.05)
+  params, gflops, shape, family = zoo_main.table(
+      ['resnet50'], _info).splitlines()[1].split()[1:]
+  assert (params, shape, family) == ('25,557,032', '224x224x3', 'convnet')
+  assert float(gflops) == pytest.approx(
+      zoo.spec('resnet50').reference_gflops, rel=0.05)
 
 
 @pytest.mark.parametrize('name', zoo.list_models())
@@ -201,7 +180,7 @@ def test_parameters_carry_logical_names_with_rules(name):
   model, x = _small(name)
   boxed = jax.eval_shape(functools.partial(model.init, train=False),
                          jax.random.PRNGKey(0), x)['params']
-  rules = dict(zoo.default_rules(name))
+  rules = dict(partition_rules.default_rules(name))
   assert rules['batch'] == ('data', 'fsdp')
   for path, leaf in jax.tree_util.tree_leaves_with_path(boxed, is_leaf=_is_box):
     assert _is_box(leaf), f'{jax.tree_util.keystr(path)} has no logical names'
@@ -227,7 +206,8 @@ def test_activation_constraints_only_apply_under_mesh_and_rules(name):
   variables = jax.eval_shape(functools.partial(model.init, train=False),
                              jax.random.PRNGKey(0), x)
   assert not _constraints(model, x, variables)
-  with jax.set_mesh(_mesh()), nn.logical_axis_rules(zoo.default_rules(name)):
+  with jax.set_mesh(_mesh()), nn.logical_axis_rules(
+      partition_rules.default_rules(name)):
     assert _constraints(model, x, variables)
 
 
@@ -240,7 +220,7 @@ def test_rules_alone_shard_init_and_forward(name):
   rng = jax.random.PRNGKey(0)
   expected_variables = nn.meta.unbox(init(rng, x))
   expected = apply(expected_variables, x)
-  rules, mesh = zoo.default_rules(name), _mesh()
+  rules, mesh = partition_rules.default_rules(name), _mesh()
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     specs = nn.get_partition_spec(jax.eval_shape(init, rng, x))
     shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
@@ -312,17 +292,20 @@ def test_vit_attention_impl_is_passed_on():
     jaxpr('cudnn')
 
 
-def test_vit_auto_attention_falls_back_to_xla_where_cudnn_refuses(
-    monkeypatch, caplog):
+def test_vit_auto_attention_falls_back_to_xla_where_cudnn_refuses(caplog):
   # As on a GPU in bfloat16; cuDNN then refuses (not found on this machine)
   # while tracing, and 'auto' must give XLA's attention with one warning.
-  from zoo import vit
-  monkeypatch.setattr(vit, '_on_gpu', lambda: True)
-  vit._warn_once.cache_clear()
-  model, x = _small('vit_ti16', dtype=jnp.bfloat16)
+  # A shape no other test uses: the warning is given once per shape.
+  q = jnp.zeros((1, 5, 2, 16), jnp.bfloat16)
+
+  def two_layers(impl, **backend):
+    return str(jax.make_jaxpr(lambda q: [
+        vit.dot_product_attention(q, q, q, impl, **backend)
+        for _ in range(2)])(q))
+
   with caplog.at_level('WARNING'):
-    auto = _attention_jaxpr(model, x, 'auto')
-  assert auto == _attention_jaxpr(model, x, 'xla')
+    auto = two_layers('auto', backend='gpu')
+  assert auto == two_layers('xla')
   warnings = [r.getMessage() for r in caplog.records]
   assert len(warnings) == 1, warnings  # Once, not once per layer.
   assert 'using XLA attention' in warnings[0]
@@ -365,16 +348,20 @@ def test_unknown_model_names_close_matches():
   with pytest.raises(ValueError, match=r"unknown model 'resnet5'.*'resnet50'"):
     zoo.model_info('resnet5')
   with pytest.raises(ValueError, match='unknown model'):
-    zoo.default_rules('vit')
+    zoo.spec('vit')
 
 
 def test_registering_a_name_twice_fails():
   with pytest.raises(ValueError, match='registered twice'):
-    zoo.register('cnn', input_shape=(28, 28, 1), rules=())(nn.Dense)
+    zoo.register('cnn', family='convnet', input_shape=(28, 28, 1))(nn.Dense)
+  with pytest.raises(ValueError, match="family 'cnn' is not one of"):
+    zoo.register('cnn2', family='cnn', input_shape=(28, 28, 1))
 
 
-def test_registry_records_input_shapes():
+def test_input_shapes_follow_the_kwargs():
   assert zoo.input_shape('resnet50') == (224, 224, 3)
   assert zoo.input_shape('resnet20') == (32, 32, 3)
-  assert zoo.input_shape('mlp') == (28, 28, 1)
+  assert zoo.input_shape('mlp', hidden_sizes=(8,)) == (28, 28, 1)
+  assert zoo.input_shape('vit_b16') == (224, 224, 3)
+  assert zoo.input_shape('vit_b16', image_size=384) == (384, 384, 3)
   assert zoo.model_info('resnet20').input_shape == (32, 32, 3)

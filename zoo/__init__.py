@@ -1,15 +1,22 @@
 """Flax Linen models behind one registry: `create(name, **kwargs)`, `list_models(pattern)`.
 
-`model_info(name)` gives a model's default input shape, parameter count and
-forward FLOPs; `default_rules(name)` its logical-axis rules for sharding.
+`spec(name)` is a variant's metadata (family, input shape, test kwargs,
+published counts), `input_shape(name, **kwargs)` the shape of one example, and
+`model_info(name)` its parameter count and forward FLOPs, computed from shapes.
 """
 
-from zoo.registry import (create, default_rules, input_shape, list_models,
-                          register)
-from zoo.info import ModelInfo, model_info
+import importlib
+import pkgutil
 
-# Importing the model modules registers them.
-from zoo import cnn, mlp, resnet, vit, wide_resnet  # pylint: disable=g-bad-import-order
+from zoo.registry import (ModelSpec, create, input_shape, list_models,
+                          register, spec)
+from zoo.info import ModelInfo, model_info, num_params
 
-__all__ = ['create', 'list_models', 'register', 'input_shape', 'default_rules',
-           'model_info', 'ModelInfo']
+# Importing a module registers its models, and every module is imported: a
+# new model is one new file.
+for _module in pkgutil.iter_modules(__path__):
+  if not _module.name.startswith('_'):
+    importlib.import_module(f'{__name__}.{_module.name}')
+
+__all__ = ['create', 'list_models', 'register', 'spec', 'ModelSpec',
+           'input_shape', 'model_info', 'num_params', 'ModelInfo']

@@ -1,17 +1,28 @@
-"""Prints every registered model's parameter count, forward GFLOPs and input shape.
+"""Prints every registered model's parameter count, forward GFLOPs, input shape
+and family.
 
     python -m zoo
 """
 
+from typing import Callable, Iterable
+
 import zoo
 
 
-def main():
-  print(f'{"model":<10} {"params":>13} {"GFLOPs":>8}  input')
-  for name in zoo.list_models():
-    info = zoo.model_info(name)
+def table(names: Iterable[str],
+          model_info: Callable[[str], zoo.ModelInfo] = zoo.model_info) -> str:
+  """One row per model; `model_info` gives each row's numbers."""
+  rows = [f'{"model":<10} {"params":>13} {"GFLOPs":>8}  {"input":<10} family']
+  for name in names:
+    info = model_info(name)
     shape = 'x'.join(map(str, info.input_shape))
-    print(f'{name:<10} {info.num_params:>13,} {info.gflops:>8.3f}  {shape}')
+    rows.append(f'{name:<10} {info.num_params:>13,} {info.gflops:>8.3f}  '
+                f'{shape:<10} {zoo.spec(name).family}')
+  return '\n'.join(rows)
+
+
+def main():
+  print(table(zoo.list_models()))
 
 
 if __name__ == '__main__':

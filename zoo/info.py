@@ -39,19 +39,38 @@ def model_info(name: str, input_shape: tuple[int, ...] | None = None,
                **kwargs) -> ModelInfo:
   """Info on `zoo.create(name, **kwargs)` for one input of `input_shape`.
 
-  `input_shape` defaults to the registered one; pass it when `kwargs` change
-  the image size a model expects (e.g. a ViT's `image_size`).
+  `input_shape` defaults to the registered one for these `kwargs` (e.g. a
+  ViT's `image_size`); a model of your own needs it given.
   """
-  input_shape = tuple(input_shape or registry.input_shape(name))
-  model = registry.create(name, **kwargs)
-  x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
-  variables = jax.eval_shape(
-      lambda x: nn.meta.unbox(model.init(jax.random.PRNGKey(0), x)), x)
-  num_params = sum(p.size for p in jax.tree.leaves(variables['params']))
+  model, x = _model_and_input(name, input_shape, kwargs)
+  variables = _abstract_variables(model, x)
   jaxpr = jax.make_jaxpr(lambda v, x: model.apply(v, x, train=False))(
       variables, x)
-  return ModelInfo(name, input_shape, num_params,
+  return ModelInfo(name, x.shape[1:], _count_params(variables),
                    count_flops(jaxpr.jaxpr) / 1e9)
+
+
+def num_params(name: str, input_shape: tuple[int, ...] | None = None,
+               **kwargs) -> int:
+  """`model_info(...).num_params` from shapes alone, without tracing the
+  forward pass: cheap for every model."""
+  model, x = _model_and_input(name, input_shape, kwargs)
+  return _count_params(_abstract_variables(model, x))
+
+
+def _model_and_input(name, input_shape, kwargs):
+  input_shape = tuple(input_shape or registry.input_shape(name, **kwargs))
+  return (registry.create(name, **kwargs),
+          jax.ShapeDtypeStruct((1, *input_shape), jnp.float32))
+
+
+def _abstract_variables(model, x):
+  return jax.eval_shape(
+      lambda x: nn.meta.unbox(model.init(jax.random.PRNGKey(0), x)), x)
+
+
+def _count_params(variables) -> int:
+  return sum(p.size for p in jax.tree.leaves(variables['params']))
 
 
 def count_flops(jaxpr) -> int:

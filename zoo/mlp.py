@@ -6,11 +6,13 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from zoo import layers
-from zoo.partitioning import CONV_RULES
 from zoo.registry import register
 
 
-@register('mlp', input_shape=(28, 28, 1), rules=CONV_RULES, num_classes=10)
+@register('mlp', family='mlp', input_shape=(28, 28, 1),
+          test_kwargs=dict(hidden_sizes=(64, 64)),
+          reference_params=784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10,
+          num_classes=10)
 class MLP(nn.Module):
   """Logits come out in the computation `dtype`; the recipes upcast them."""
 

@@ -1,57 +1,103 @@
-"""The model registry: every model is created by name through one call.
+"""The model registry: every model is created by name, and each variant's
+metadata lives in one place, its `@register(...)` line.
 
     model = zoo.create('cnn', num_classes=10)
     zoo.list_models('resnet*')
+    zoo.spec('vit_s16').reference_params       # 22050664
+    zoo.input_shape('vit_s16', image_size=32)  # (32, 32, 3)
 
-Each registration also records what the model expects by default: its input
-shape (one example, HWC) and the logical-axis rules that place its arrays on a
-mesh (see `zoo.partitioning`).
+A model is one module of this package with a `@register(...)` line per
+variant on its class; the package imports every module (zoo/__init__.py).
 
 A model of your own needs no registration: 'package.module:ClassName' names a
 Linen Module class that is imported and created like a registered model
-(e.g. `--config.model=my_models:SmallNet` in the recipes). It has no default
-keyword arguments, input shape or logical-axis rules.
+(e.g. `--config.model=my_models:SmallNet` in the recipes). Its spec has no
+defaults, family, input shape or test kwargs.
 """
 
 import dataclasses
 import difflib
 import fnmatch
 import importlib
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import flax.linen as nn
 
-from zoo.partitioning import LogicalRules
+# What kind of network a variant is. Code that owns a mesh picks default
+# partition rules by family (recipes/parallel/partition_rules.py), so the zoo
+# names logical axes only, never mesh axes.
+FAMILIES = ('mlp', 'convnet', 'transformer')
 
 
 @dataclasses.dataclass(frozen=True)
-class _Entry:
+class ModelSpec:
+  """What the registry knows of one variant.
+
+  `input_shape` maps the effective keyword arguments (the defaults updated by
+  the caller's) to the shape of one example, HWC. `test_kwargs` make a tiny
+  model of the same structure for fast tests, on inputs of `test_input_shape`
+  (default: the input shape with the test kwargs; fully convolutional nets
+  may take smaller ones than they are built for). `reference_params` is the
+  published parameter count, to within `reference_params_rtol` (0: exact;
+  e.g. 0.02 where a paper gives two digits), and `reference_gflops` the
+  published forward GFLOPs of one example (2 x GMACs); None where unknown.
+  """
+
+  name: str
   cls: type[nn.Module]
-  defaults: dict[str, Any]
-  input_shape: tuple[int, ...] | None  # None: unknown (a model of your own).
-  rules: LogicalRules
+  defaults: Mapping[str, Any]
+  family: str | None = None  # One of FAMILIES; None for a model of your own.
+  input_shape: Callable[[Mapping[str, Any]], tuple[int, ...]] | None = None
+  test_kwargs: Mapping[str, Any] | None = None
+  reference_params: float | None = None
+  reference_params_rtol: float = 0.0
+  reference_gflops: float | None = None
+  test_input_shape: tuple[int, ...] | None = None
+
+  def test_input(self) -> tuple[int, ...]:
+    """The shape of one example for the test-size model."""
+    if self.test_input_shape:
+      return self.test_input_shape
+    return tuple(self.input_shape({**self.defaults, **self.test_kwargs}))
 
 
-_MODELS: dict[str, _Entry] = {}
+_MODELS: dict[str, ModelSpec] = {}
 
 
-def register(name: str, *, input_shape: tuple[int, ...], rules: LogicalRules,
-             **defaults):
-  """Class decorator: registers `cls` under `name` with default keyword args.
+def register(name: str, *, family: str,
+             input_shape: tuple[int, ...] | Callable[..., tuple[int, ...]],
+             test_kwargs: Mapping[str, Any] | None = None,
+             reference_params: float | None = None,
+             reference_params_rtol: float = 0.0,
+             reference_gflops: float | None = None,
+             test_input_shape: tuple[int, ...] | None = None, **defaults):
+  """Class decorator: registers `cls` as the variant `name` (see `ModelSpec`).
 
   The same class can be registered several times (size variants), each with
-  its own defaults; keyword arguments given to `create` win over them.
-  `input_shape` is one example's shape (height, width, channels) and `rules`
-  the default logical-axis rules of the model.
+  its own `defaults`; keyword arguments given to `create` win over them.
+  `input_shape` is a fixed shape or a function of the effective keyword
+  arguments (e.g. a ViT's `image_size`).
   """
+  if family not in FAMILIES:
+    raise ValueError(f'model {name!r}: family {family!r} is not one of '
+                     f'{FAMILIES}')
+  if not callable(input_shape):
+    input_shape = _fixed(tuple(input_shape))
 
   def wrap(cls):
     if name in _MODELS:
       raise ValueError(f'model {name!r} is registered twice')
-    _MODELS[name] = _Entry(cls, defaults, tuple(input_shape), tuple(rules))
+    _MODELS[name] = ModelSpec(
+        name, cls, dict(defaults), family, input_shape,
+        None if test_kwargs is None else dict(test_kwargs), reference_params,
+        reference_params_rtol, reference_gflops, test_input_shape)
     return cls
 
   return wrap
+
+
+def _fixed(shape: tuple[int, ...]):
+  return lambda kwargs: shape
 
 
 def _import(path: str) -> type[nn.Module]:
@@ -83,11 +129,13 @@ def _import(path: str) -> type[nn.Module]:
   return cls
 
 
-def _entry(name: str) -> _Entry:
+def spec(name: str) -> ModelSpec:
+  """The metadata of the model registered as `name` (or at
+  'package.module:ClassName', which has little)."""
   if name in _MODELS:
     return _MODELS[name]
   if ':' in name:
-    return _Entry(_import(name), {}, None, ())
+    return ModelSpec(name, _import(name), {})
   close = difflib.get_close_matches(name, list(_MODELS), n=3, cutoff=0.5)
   hint = (f'did you mean {", ".join(repr(c) for c in close)}?' if close else
           f'registered models: {", ".join(sorted(_MODELS))}; or name a Module '
@@ -98,8 +146,8 @@ def _entry(name: str) -> _Entry:
 def create(name: str, **kwargs) -> nn.Module:
   """Returns the Flax Linen module registered as `name` (or at
   'package.module:ClassName'), built with `kwargs`."""
-  entry = _entry(name)
-  return entry.cls(**{**entry.defaults, **kwargs})
+  model = spec(name)
+  return model.cls(**{**model.defaults, **kwargs})
 
 
 def list_models(pattern: str = '*') -> list[str]:
@@ -107,16 +155,10 @@ def list_models(pattern: str = '*') -> list[str]:
   return sorted(n for n in _MODELS if fnmatch.fnmatchcase(n, pattern))
 
 
-def input_shape(name: str) -> tuple[int, ...]:
-  """The shape of one input example the model `name` is registered for."""
-  shape = _entry(name).input_shape
-  if shape is None:
+def input_shape(name: str, **kwargs) -> tuple[int, ...]:
+  """The shape of one input example of `create(name, **kwargs)`."""
+  model = spec(name)
+  if model.input_shape is None:
     raise ValueError(f'model {name!r} is not registered, so its input shape is '
                      'unknown; give the shape.')
-  return shape
-
-
-def default_rules(name: str) -> LogicalRules:
-  """Flax logical-axis rules placing the model's arrays on a mesh with axes
-  ('data', 'fsdp', 'tensor'); see `zoo.partitioning`."""
-  return _entry(name).rules
+  return tuple(model.input_shape({**model.defaults, **kwargs}))

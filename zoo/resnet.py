@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from zoo import layers
-from zoo.partitioning import CONV_RULES, IMAGE
+from zoo.partitioning import IMAGE
 from zoo.registry import register
 
 
@@ -64,22 +64,31 @@ def _shortcut(block: nn.Module, x, y):
   return block.norm(name='proj_bn')(x)
 
 
-@register('resnet18', input_shape=(224, 224, 3), rules=CONV_RULES,
-          num_classes=1000, stage_sizes=(2, 2, 2, 2), block_cls=BasicBlock)
-@register('resnet34', input_shape=(224, 224, 3), rules=CONV_RULES,
-          num_classes=1000, stage_sizes=(3, 4, 6, 3), block_cls=BasicBlock)
-@register('resnet50', input_shape=(224, 224, 3), rules=CONV_RULES,
-          num_classes=1000, stage_sizes=(3, 4, 6, 3), block_cls=Bottleneck)
-@register('resnet101', input_shape=(224, 224, 3), rules=CONV_RULES,
-          num_classes=1000, stage_sizes=(3, 4, 23, 3), block_cls=Bottleneck)
-@register('resnet152', input_shape=(224, 224, 3), rules=CONV_RULES,
-          num_classes=1000, stage_sizes=(3, 8, 36, 3), block_cls=Bottleneck)
-@register('resnet20', input_shape=(32, 32, 3), rules=CONV_RULES,
-          num_classes=10, stage_sizes=(3, 3, 3), block_cls=BasicBlock,
-          num_filters=16, small_inputs=True)
-@register('resnet56', input_shape=(32, 32, 3), rules=CONV_RULES,
-          num_classes=10, stage_sizes=(9, 9, 9), block_cls=BasicBlock,
-          num_filters=16, small_inputs=True)
+# Counts as published: torchvision's (1000 classes, 224x224 inputs).
+_IMAGENET = dict(family='convnet', input_shape=(224, 224, 3),
+                 test_kwargs=dict(num_filters=8, stage_sizes=(1, 1, 1, 1)),
+                 test_input_shape=(32, 32, 3), num_classes=1000)
+# The paper gives counts to two digits (10 classes, 32x32 inputs).
+_CIFAR = dict(family='convnet', input_shape=(32, 32, 3),
+              test_kwargs=dict(num_filters=8, stage_sizes=(1, 1, 1)),
+              reference_params_rtol=0.02, num_classes=10,
+              block_cls=BasicBlock, num_filters=16, small_inputs=True)
+
+
+@register('resnet18', stage_sizes=(2, 2, 2, 2), block_cls=BasicBlock,
+          reference_params=11_689_512, **_IMAGENET)
+@register('resnet34', stage_sizes=(3, 4, 6, 3), block_cls=BasicBlock,
+          reference_params=21_797_672, **_IMAGENET)
+@register('resnet50', stage_sizes=(3, 4, 6, 3), block_cls=Bottleneck,
+          reference_params=25_557_032, reference_gflops=2 * 4.1, **_IMAGENET)
+@register('resnet101', stage_sizes=(3, 4, 23, 3), block_cls=Bottleneck,
+          reference_params=44_549_160, **_IMAGENET)
+@register('resnet152', stage_sizes=(3, 8, 36, 3), block_cls=Bottleneck,
+          reference_params=60_192_808, **_IMAGENET)
+@register('resnet20', stage_sizes=(3, 3, 3), reference_params=0.27e6,
+          **_CIFAR)
+@register('resnet56', stage_sizes=(9, 9, 9), reference_params=0.85e6,
+          **_CIFAR)
 class ResNet(nn.Module):
   """ResNet; stage i has `stage_sizes[i]` blocks of `num_filters * 2**i`.
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from flax.linen import initializers
 
 from zoo import layers
-from zoo.partitioning import TOKENS, VIT_RULES
+from zoo.partitioning import TOKENS
 from zoo.registry import register
 
 named = layers.named
@@ -65,11 +65,14 @@ class Attention(nn.Module):
         name='out', **layer)(y)
 
 
-def dot_product_attention(q, k, v, implementation: str | None):
-  """`jax.nn.dot_product_attention` with 'auto' resolved for these inputs."""
+def dot_product_attention(q, k, v, implementation: str | None, *,
+                          backend: str | None = None):
+  """`jax.nn.dot_product_attention` with 'auto' resolved for these inputs on
+  `backend` (default: JAX's default backend)."""
   if implementation != 'auto':
     return jax.nn.dot_product_attention(q, k, v, implementation=implementation)
-  if _on_gpu() and q.dtype in (jnp.bfloat16, jnp.float16):
+  backend = backend or jax.default_backend()
+  if backend == 'gpu' and q.dtype in (jnp.bfloat16, jnp.float16):
     # cuDNN's checks (head dim, sequence lengths, cuDNN version) run while
     # tracing, so a refusal is an exception here, not a failed compile.
     try:
@@ -78,10 +81,6 @@ def dot_product_attention(q, k, v, implementation: str | None):
       _warn_once(f'cuDNN attention is not available for queries of shape '
                  f'{q.shape} ({e}); using XLA attention.')
   return jax.nn.dot_product_attention(q, k, v, implementation='xla')
-
-
-def _on_gpu() -> bool:
-  return jax.default_backend() == 'gpu'
 
 
 @functools.cache
@@ -119,18 +118,26 @@ class EncoderBlock(nn.Module):
     return nn.with_logical_constraint(x + y, TOKENS)
 
 
-_VIT = dict(input_shape=(224, 224, 3), rules=VIT_RULES, num_classes=1000,
-            patch_size=16, image_size=224)
+def _square_rgb(kwargs):
+  return (kwargs['image_size'], kwargs['image_size'], 3)
+
+
+# Counts as published: timm's (1000 classes, 224x224 inputs).
+_VIT = dict(family='transformer', input_shape=_square_rgb,
+            test_kwargs=dict(hidden_size=32, num_layers=2, num_heads=2,
+                             mlp_dim=64, patch_size=8, image_size=32),
+            num_classes=1000, patch_size=16, image_size=224)
 
 
 @register('vit_ti16', hidden_size=192, num_layers=12, num_heads=3,
-          mlp_dim=768, **_VIT)
+          mlp_dim=768, reference_params=5_717_416, **_VIT)
 @register('vit_s16', hidden_size=384, num_layers=12, num_heads=6,
-          mlp_dim=1536, **_VIT)
+          mlp_dim=1536, reference_params=22_050_664, **_VIT)
 @register('vit_b16', hidden_size=768, num_layers=12, num_heads=12,
-          mlp_dim=3072, **_VIT)
+          mlp_dim=3072, reference_params=86_567_656,
+          reference_gflops=2 * 17.6, **_VIT)
 @register('vit_l16', hidden_size=1024, num_layers=24, num_heads=16,
-          mlp_dim=4096, **_VIT)
+          mlp_dim=4096, reference_params=304_326_632, **_VIT)
 class ViT(nn.Module):
   """Classifies from the class token after the final layer norm.
 

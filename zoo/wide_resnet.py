@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from zoo import layers
-from zoo.partitioning import CONV_RULES, IMAGE
+from zoo.partitioning import IMAGE
 from zoo.registry import register
 
 
@@ -35,7 +35,10 @@ class PreActBlock(nn.Module):
     return shortcut + y
 
 
-@register('wrn28_10', input_shape=(32, 32, 3), rules=CONV_RULES,
+# The paper gives 36.5M parameters (10 classes).
+@register('wrn28_10', family='convnet', input_shape=(32, 32, 3),
+          test_kwargs=dict(depth=10, widen_factor=1),
+          reference_params=36.5e6, reference_params_rtol=0.01,
           num_classes=10, depth=28, widen_factor=10)
 class WideResNet(nn.Module):
   """Call with `train=True` and `mutable=['batch_stats']` to use and update
