@@ -16,8 +16,8 @@ layers do not fit one device. The log lists each parameter's PartitionSpec.
 
 Expected: as configs/cifar10_vit_s16_pmap.py, roughly 80-85% test accuracy
 (crop + flip only, no pre-training; Dosovitskiy et al. 2021), since both
-recipes compute the same numbers up to float rounding. Not measured here (no
-CIFAR-10 download on these machines).
+recipes compute the same numbers up to float rounding. Time: not measured
+yet.
 """
 
 from configs import cifar10_vit_s16_pmap
@@ -29,7 +29,7 @@ def get_config():
   config.mesh.data = -1
   config.mesh.fsdp = 1
   config.mesh.tensor = 2
-  # () = zoo.default_rules('vit_s16'): 'mlp' and 'heads' over 'tensor',
-  # 'embed' over 'fsdp' (size 1 here: not split).
+  # () = the transformer rules (recipes/parallel/partition_rules.py): 'mlp'
+  # and 'heads' over 'tensor', 'embed' over 'fsdp' (size 1 here: not split).
   config.partition_rules = ()
   return config

@@ -11,10 +11,11 @@ from jax.sharding import PartitionSpec as P
 from ml_collections import config_flags
 
 import zoo
-from recipes import loop
+from recipes import experiment
 from recipes.parallel import partition_rules
 from recipes.errors import UserError
-from recipes.parallel.sharded import ShardedStrategy, make_mesh, mesh_shape
+from recipes.parallel.mesh import make_mesh, mesh_shape
+from recipes.parallel.sharded import ShardedStrategy
 from tests.helpers import tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,11 +26,11 @@ MIXED = dict(data=2, fsdp=2, tensor=2)
 
 def _strategy(name, mesh, tx=None, rules=None, path_rules=(), **kwargs):
   model = zoo.create(name, num_classes=10, **kwargs)
-  shape = zoo.input_shape(name) if 'image_size' not in kwargs else (
-      kwargs['image_size'], kwargs['image_size'], 3)
+  shape = zoo.input_shape(name, **kwargs)
   return ShardedStrategy(
       make_mesh(mesh), model, tx or optax.sgd(0.1, momentum=0.9), shape,
-      zoo.default_rules(name) if rules is None else rules, path_rules)
+      partition_rules.default_rules(name) if rules is None else rules,
+      path_rules)
 
 
 def _specs(strategy):
@@ -56,12 +57,12 @@ def test_mesh_sizes_fill_in_minus_one_and_must_match_the_devices():
   config = tiny_config(strategy='sharded', mesh=dict(data=4, fsdp=1,
                                                      tensor=1))
   with pytest.raises(UserError, match='has 4 devices but there are 8'):
-    loop.setup(config)
+    experiment.build(config)
   config.mesh.update(data=-1, tensor=2, fsdp=4)  # Batch shards: 1 x 4.
   config.batch_size = 18
   with pytest.raises(UserError, match='batch_size 18 is not divisible by the '
                      r'4 batch shards \(mesh.data x mesh.fsdp\)'):
-    loop.setup(config)
+    experiment.build(config)
   mesh = make_mesh(dict(data=-1, fsdp=1, tensor=2))
   assert dict(mesh.shape) == dict(data=4, fsdp=1, tensor=2)
   assert all(t == jax.sharding.AxisType.Auto for t in mesh.axis_types)
@@ -111,6 +112,19 @@ def test_mesh_and_rules_come_from_the_command_line():
 def test_default_rules_place_each_model_family(name, mesh, expected):
   specs = _specs(_strategy(name, mesh))
   assert {k: specs[k] for k in expected} == expected
+
+
+def test_every_model_family_has_default_rules():
+  assert set(partition_rules.FAMILY_RULES) == set(zoo.registry.FAMILIES)
+  assert partition_rules.default_rules('vit_b16') is (
+      partition_rules.TRANSFORMER_RULES)
+  assert partition_rules.default_rules('mlp') is partition_rules.CONV_RULES
+  # Picked when the user gives none, they stay the defaults.
+  defaults = partition_rules.CONV_RULES
+  picked = partition_rules.logical_rules((), defaults)
+  users = partition_rules.logical_rules((('mlp', 'tensor'),), defaults)
+  assert isinstance(picked, partition_rules.DefaultRules)
+  assert not isinstance(users, partition_rules.DefaultRules)
 
 
 def test_optimizer_state_is_split_like_the_parameters():
@@ -205,7 +219,7 @@ def test_the_log_shows_the_mesh_and_one_row_per_parameter():
 
 
 def test_a_rule_that_matches_no_parameter_gets_a_warning(caplog):
-  """A misspelt logical name or path is named. Not warned of: the zoo's own
+  """A misspelt logical name or path is named. Not warned of: the default
   rules, shared by a family (the MLP has no convolutions), and activation
   names ('height')."""
   with caplog.at_level('WARNING'):

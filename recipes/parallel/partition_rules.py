@@ -10,16 +10,18 @@ and a parameter that no rule matches is replicated:
    logical-axis annotations, or to override a few parameters. Checked first.
 2. `config.partition_rules`: Flax logical-axis rules, (logical name, mesh axes)
    pairs in order, applied to the names a zoo model gives each parameter
-   dimension (see zoo/partitioning.py). Empty means the model's defaults,
-   `zoo.default_rules(config.model)`. As in Flax, a dimension takes the first
-   rule for its name whose mesh axes the array does not use yet.
+   dimension (see zoo/partitioning.py). Empty means the defaults for the
+   model's family, `default_rules(config.model)`. As in Flax, a dimension
+   takes the first rule for its name whose mesh axes the array does not use
+   yet.
 
 The same logical rules place activations through the models'
 `nn.with_logical_constraint` calls. The batch is always split over
 ('data', 'fsdp'); a 'batch' rule saying so is added when the rules lack one.
 
 A rule from the config that matches no parameter (a misspelt name or path,
-or a rule for another model) gets a warning naming it.
+or a rule for another model) gets a warning naming it; the default rules
+serve a whole family (an MLP has no convolution kernels) and get none.
 """
 
 import math
@@ -43,6 +45,57 @@ BATCH_AXES = ('data', 'fsdp')
 LogicalRules = tuple[tuple[str, Any], ...]
 # (regex on the parameter path, one entry per dimension).
 PathRules = tuple[tuple[str, tuple[Any, ...]], ...]
+
+
+class DefaultRules(tuple):
+  """Logical rules that come with a model family, not from the user: unlike
+  the user's, they are not warned of when they match no parameter."""
+
+
+# 'batch' comes first, so in an activation (batch, seq, embed) 'batch' takes
+# ('data', 'fsdp') and 'embed' finds 'fsdp' taken and stays replicated, while
+# in a parameter (embed, mlp) the same rule shards 'embed' over 'fsdp':
+# parameters are fully sharded (FSDP), activations are split by batch only.
+
+# Conv nets and MLPs: data parallel with fully sharded parameters. The
+# sharded dimension is the output channels (multiples of 16 in the zoo).
+CONV_RULES = DefaultRules((
+    ('batch', BATCH_AXES),
+    ('conv_out', 'fsdp'),
+    ('embed', 'fsdp'),
+    ('conv_in', None),
+    ('mlp', None),
+    ('classes', None),
+    ('norm', None),
+    ('height', None),
+    ('width', None),
+    ('channels', None),
+))
+
+# Transformers: FSDP over the embedding, plus Megatron-style tensor
+# parallelism: MLP hidden features and attention heads split over 'tensor'
+# (so the number of heads must be divisible by the 'tensor' axis size).
+TRANSFORMER_RULES = DefaultRules((
+    ('batch', BATCH_AXES),
+    ('embed', 'fsdp'),
+    ('mlp', 'tensor'),
+    ('heads', 'tensor'),
+    ('kv', None),
+    ('seq', None),
+    ('conv_in', None),
+    ('classes', None),
+    ('norm', None),
+))
+
+# By `zoo.spec(name).family`.
+FAMILY_RULES = {'mlp': CONV_RULES, 'convnet': CONV_RULES,
+                'transformer': TRANSFORMER_RULES}
+
+
+def default_rules(model: str) -> DefaultRules:
+  """The logical rules for the family of zoo model `model`; none for a model
+  of your own (its parameters are replicated, its batch split)."""
+  return FAMILY_RULES.get(zoo.spec(model).family, DefaultRules())
 
 
 def path_str(key_path) -> str:
@@ -73,10 +126,12 @@ def _check_axes(entry, where: str):
 
 
 def logical_rules(rules: Iterable, defaults: Iterable = ()) -> LogicalRules:
-  """`rules` checked (or `defaults` when empty), with a 'batch' rule."""
-  rules = tuple(rules) or tuple(defaults)
+  """The user's `rules` checked (or `defaults` when empty), with a 'batch'
+  rule. The result is `DefaultRules` unless it holds the user's rules."""
+  given = tuple(rules)
+  user_given = bool(given) and not isinstance(rules, DefaultRules)
   checked = []
-  for rule in rules:
+  for rule in given or tuple(defaults):
     if (not isinstance(rule, (tuple, list)) or len(rule) != 2
         or not isinstance(rule[0], str)):
       raise UserError(f'partition rule {rule!r} is not a (logical name, mesh '
@@ -87,7 +142,7 @@ def logical_rules(rules: Iterable, defaults: Iterable = ()) -> LogicalRules:
     checked.append((rule[0], mesh_axes))
   if not any(name == 'batch' for name, _ in checked):
     checked.insert(0, ('batch', BATCH_AXES))
-  return tuple(checked)
+  return tuple(checked) if user_given else DefaultRules(checked)
 
 
 def path_rules(rules: Iterable) -> PathRules:
@@ -132,7 +187,7 @@ def _spec_for(path: str, shape: Sequence[int], names, rules: LogicalRules,
   return _trimmed(nn.logical_to_mesh_axes(tuple(names), rules))
 
 
-def check_divisible(path: str, shape: Sequence[int], spec: PartitionSpec,
+def check_shardable(path: str, shape: Sequence[int], spec: PartitionSpec,
                     mesh_shape: dict[str, int]):
   """A clear error when a mesh axis size does not divide a dimension."""
   for dim, entry in enumerate(spec):
@@ -158,31 +213,26 @@ def param_specs(params, names, rules: LogicalRules, regexes: PathRules,
   flat, treedef = jax.tree_util.tree_flatten_with_path(params)
   name_leaves = treedef.flatten_up_to(names)
   paths = [path_str(key_path) for key_path, _ in flat]
-  _warn_unmatched(paths, name_leaves, rules, regexes)
+  _warn_unmatched(paths, name_leaves, rules, regexes,
+                  user_given=not isinstance(rules, DefaultRules))
   specs = []
   for path, (_, leaf), leaf_names in zip(paths, flat, name_leaves):
     spec = _spec_for(path, leaf.shape, leaf_names, rules, regexes)
-    check_divisible(path, leaf.shape, spec, mesh_shape)
+    check_shardable(path, leaf.shape, spec, mesh_shape)
     specs.append(spec)
   return jax.tree.unflatten(treedef, specs)
 
 
-def _is_zoo_default(rules: LogicalRules) -> bool:
-  # The zoo's default rules serve a whole family (an MLP has no convolution
-  # kernels): only rules from the config are checked.
-  return any(rules == logical_rules(zoo.default_rules(name))
-             for name in zoo.list_models())
-
-
 def _warn_unmatched(paths: Sequence[str], names, rules: LogicalRules,
-                    regexes: PathRules):
-  """Warns of each path rule and logical rule that matches no parameter."""
+                    regexes: PathRules, user_given: bool):
+  """Warns of each path rule, and each of the user's logical rules, that
+  matches no parameter."""
   for regex, spec in regexes:
     if not any(re.search(regex, path) for path in paths):
       logging.warning(
           'config.path_rules entry %r matches no parameter path (they look '
           'like %s).', (regex, spec), ', '.join(repr(p) for p in paths[:4]))
-  if _is_zoo_default(rules):
+  if not user_given:
     return
   used = {name for spec in names for entry in spec for name in _axes(entry)}
   # The zoo's activation names ('height', 'seq', ...) name no parameter.
