@@ -10,15 +10,17 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   # pmap: the state replicated on every device (recipes/parallel/pmap.py).
+  # shard_map: the same with jax.shard_map (recipes/parallel/shard_map.py).
   # sharded: jax.jit on a device mesh (recipes/parallel/sharded.py) with the
-  # fields below; pmap ignores them.
+  # fields below; pmap and shard_map ignore them.
   config.strategy = 'pmap'
   # Mesh axis sizes, in this order; one may be -1 (the devices left over).
   # The batch is split over data x fsdp; fsdp also splits parameters and
   # optimizer state; tensor splits large matrices (e.g. a ViT's MLP, heads).
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
   # Flax logical-axis rules, ((logical name, mesh axes), ...); () = the
-  # model's defaults, zoo.default_rules(config.model). First match wins.
+  # defaults of the model's family (recipes/parallel/partition_rules.py
+  # default_rules). First match wins.
   config.partition_rules = ()
   # ((regex on the parameter path, spec per dimension), ...), checked before
   # the logical rules, e.g. (('Dense_0/kernel$', (None, 'tensor')),).
@@ -49,9 +51,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.data_dir = ''  # '' = TFDS's default (~/tensorflow_datasets).
   config.train_split = 'train'
   config.eval_split = 'test'
+  # How the dataset is read (recipes/data/datasets.py): auto = by its name
+  # (IDX files, ImageNet-size TFDS datasets streamed, other TFDS datasets in
+  # memory); memory | stream force it for a TFDS dataset.
+  config.data_source = 'auto'
   # Preprocessing (recipes/data/preprocess.py): augment none | cifar | imagenet
-  # (imagenet streams JPEGs, crops to image_size); normalize '' | cifar10 |
-  # imagenet (per-channel mean/std).
+  # (imagenet takes a streamed dataset's JPEGs, crops to image_size);
+  # normalize '' | cifar10 | imagenet (per-channel mean/std).
   config.augment = 'none'
   config.normalize = ''
   config.image_size = 224

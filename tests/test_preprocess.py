@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes.data import datasets, in_memory, preprocess
+from recipes.data import datasets, in_memory, preprocess, tfds_source
 from recipes.errors import UserError
 from recipes.data.preprocess import Preprocessing
 
@@ -54,6 +54,23 @@ def test_imagenet_crops_have_the_requested_size():
   np.testing.assert_array_equal(evaluated, prep.eval(jpeg).numpy())
 
 
+@pytest.mark.parametrize('normalize', ['', *preprocess.MEAN_STD])
+@pytest.mark.parametrize('augment', list(preprocess.AUGMENTATIONS))
+def test_every_preset_gives_float_images_of_its_shape(augment, normalize):
+  prep = Preprocessing(augment, normalize, image_size=24)
+  stored = (32, 32, 3)
+  image = np.random.default_rng(0).integers(0, 256, stored, dtype=np.uint8)
+  image = tf.constant(tf.io.encode_jpeg(image).numpy() if prep.takes_jpeg
+                      else image)
+  for out in (prep.train(image, _seed(0)), prep.eval(image)):
+    assert out.dtype == tf.float32
+    assert tuple(out.shape) == prep.image_shape(stored)
+    assert np.isfinite(out.numpy()).all()
+  if not prep.takes_jpeg:  # Then eval also takes a whole batch.
+    batch = prep.eval(tf.stack([image, image])).numpy()
+    np.testing.assert_array_equal(batch[1], prep.eval(image).numpy())
+
+
 def test_unknown_presets_are_user_errors():
   with pytest.raises(UserError, match="unknown augment 'autoaugment'"):
     Preprocessing(augment='autoaugment')
@@ -85,7 +102,7 @@ def test_augmented_batches_obey_the_data_order_rule(monkeypatch):
 def test_streaming_imagenet_batches_and_padded_eval(monkeypatch):
   prep = Preprocessing(augment='imagenet', normalize='imagenet', image_size=32)
   with tfds.testing.mock_data(num_examples=21), monkeypatch.context() as m:
-    m.setattr(datasets, '_first_unreachable_url', lambda builder: None)
+    m.setattr(tfds_source, 'first_unreachable_url', lambda builder: None)
     data = datasets.load('imagenet2012', None, 'train', 'validation', prep)
     assert (data.num_train, data.num_eval) == (21, 21)
     assert data.num_classes == 1000 and data.image_shape == (32, 32, 3)

@@ -52,7 +52,7 @@ def pipeline_batches_per_sec(shape, preprocessing: Preprocessing,
   return num_batches / (time.perf_counter() - start)
 
 
-def run(args: argparse.Namespace) -> dict:
+def measure(args: argparse.Namespace) -> dict:
   """Pipeline rates, the train step's rate and their ratios, as a dict."""
   in_memory.hide_accelerators_from_tensorflow()
   if args.input_examples < args.batch_size:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> dict:
                                     args.batch_size, num_batches)
     pipelines[name] = {'batches_per_sec': rate,
                        'images_per_sec': rate * args.batch_size}
-  step = bench_step.run(argparse.Namespace(**{**vars(args), 'strategy': 'jit',
+  step = bench_step.measure(argparse.Namespace(**{**vars(args), 'strategy': 'jit',
                                          'devices': None, 'profile': None}))
   step_rate = 1 / step['step_time_median_s']
   for result in pipelines.values():

@@ -1,104 +1,109 @@
-"""Datasets by name: where the examples come from and how they are batched.
+"""Datasets by name: the source each is read from, and `load`.
 
-Two sources give the same TFDS-style examples (`image`, `label`):
-- any TFDS builder by name (`mnist`, `fashion_mnist`, `cifar10`,
-  `imagenet2012`, ...), downloaded and prepared into `data_dir` on first use;
-- `fashion_mnist_idx`: real Fashion-MNIST read offline from the IDX files of
-  Debian's `dataset-fashion-mnist` package (see recipes/data/idx.py).
-Datasets of fixed-size images (the MNIST family, CIFAR) are held in host
-memory, which lets the pipeline pick any example by index and makes the data
-order a pure function of (seed, step) (recipes/data/in_memory.py). Datasets of
-encoded JPEGs (`augment='imagenet'`) are streamed instead
-(recipes/data/streaming.py), with the differences documented there.
-
-Both kinds offer the same interface to the loop: `num_classes`, `num_train`,
-`num_eval`, `image_shape`, `train_batches(...)` and `eval_batches(...)`.
+Three sources give the same TFDS-style examples (`image`, `label`):
+- 'idx': real Fashion-MNIST read offline from the IDX files of Debian's
+  `dataset-fashion-mnist` package (recipes/data/idx.py), held in memory;
+- 'memory': a TFDS builder (`mnist`, `cifar10`, ...), downloaded and prepared
+  into `data_dir` on first use (recipes/data/tfds_source.py), held in memory,
+  which makes the data order a pure function of (seed, step)
+  (recipes/data/in_memory.py);
+- 'stream': a TFDS builder too large for memory (the ImageNet family), read
+  from its files (recipes/data/streaming.py, with the differences there).
+The name picks the source: the IDX names, the names in STREAMED, then every
+other TFDS name in memory. `data_source` ('memory' or 'stream') overrides that
+for a TFDS name; the preprocessing never does.
 """
 
-import dataclasses
 import difflib
-import urllib.parse
+from typing import Callable
 
-import numpy as np
-import requests
 import tensorflow_datasets as tfds
 
-from recipes.data import idx, in_memory, streaming
+from recipes.data import idx, streaming, tfds_source
+from recipes.data.dataset import Dataset
+from recipes.data.in_memory import InMemoryDataset
+from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
 from recipes.errors import UserError
-from recipes.data.preprocess import Preprocessing
 
-OFFLINE_DATASETS = {'fashion_mnist_idx': (idx.load_split, 10)}
-_FEATURES = ('image', 'label')
+# Datasets read from IDX files, and their number of classes.
+OFFLINE_DATASETS = {'fashion_mnist_idx': 10}
+# TFDS builders of JPEGs too many or too large for memory.
+STREAMED = frozenset({
+    'imagenet2012', 'imagenet2012_subset', 'imagenet_v2', 'imagenet_a',
+    'imagenet_r', 'imagenet_sketch', 'imagenette', 'imagewang'})
+DATA_SOURCES = ('auto', 'memory', 'stream')  # config.data_source
 
 
-@dataclasses.dataclass(frozen=True)
-class InMemoryDataset:
-  """Both splits as numpy arrays: `image` uint8 [N, H, W, C], `label` [N]."""
-
-  train: dict[str, np.ndarray]
-  eval: dict[str, np.ndarray]
-  num_classes: int
-  preprocessing: Preprocessing = Preprocessing()
-
-  def __post_init__(self):
-    # A label outside the classes gives a NaN loss, which looks like a bad
-    # learning rate: say what it is instead.
-    for split, arrays in (('training', self.train), ('evaluation', self.eval)):
-      labels = arrays['label']
-      if len(labels) and not 0 <= labels.min() <= labels.max() < (
-          self.num_classes):
-        raise UserError(
-            f'the {split} split has labels from {labels.min()} to '
-            f'{labels.max()}, but the dataset has {self.num_classes} classes '
-            f'(labels 0 to {self.num_classes - 1}); check its label files or '
-            '--config.data_dir.')
-
-  @property
-  def image_shape(self) -> tuple[int, ...]:
-    return self.train['image'].shape[1:]
-
-  @property
-  def num_train(self) -> int:
-    return len(self.train['label'])
-
-  @property
-  def num_eval(self) -> int:
-    return len(self.eval['label'])
-
-  def train_batches(self, **kwargs):
-    return in_memory.train_batches(
-        self.train, preprocessing=self.preprocessing, **kwargs)
-
-  def eval_batches(self, **kwargs):
-    return in_memory.eval_batches(
-        self.eval, preprocessing=self.preprocessing, **kwargs)
+def source_for(name: str, data_source: str = 'auto') -> str:
+  """How dataset `name` is read: 'idx', 'memory' or 'stream'."""
+  if data_source not in DATA_SOURCES:
+    raise UserError(f'unknown data_source {data_source!r}; choose one of '
+                    f'{", ".join(DATA_SOURCES)}.')
+  if name in OFFLINE_DATASETS:
+    if data_source == 'stream':
+      raise UserError(f'dataset {name!r} is read from IDX files into memory '
+                      'and cannot be streamed; set --config.data_source=auto.')
+    return 'idx'
+  if data_source != 'auto':
+    return data_source
+  # A TFDS name may carry a config and a version: 'imagenette/320px:1.0.0'.
+  builder_name = name.split(':')[0].split('/')[0]
+  return 'stream' if builder_name in STREAMED else 'memory'
 
 
 def load(name: str, data_dir: str | None, train_split: str = 'train',
          eval_split: str = 'test',
-         preprocessing: Preprocessing = Preprocessing()):
+         preprocessing: Preprocessing = Preprocessing(),
+         data_source: str = 'auto') -> Dataset:
   """The dataset `name`, prepared (downloaded if needed) and ready to batch."""
-  if name in OFFLINE_DATASETS:
-    load_split, num_classes = OFFLINE_DATASETS[name]
-  else:
-    builder = _prepared_tfds_builder(name, data_dir)
-    num_classes = builder.info.features['label'].num_classes
-    if preprocessing.augment == 'imagenet':
-      return streaming.StreamingDataset(builder, train_split, eval_split,
-                                        num_classes, preprocessing)
-    load_split = lambda _, split: _tfds_split(builder, split)
-  if preprocessing.augment == 'imagenet':
-    raise UserError(f"augment='imagenet' needs a TFDS dataset of JPEG images; "
-                    f'{name!r} is not one.')
-  return InMemoryDataset(train=load_split(data_dir, train_split),
-                         eval=load_split(data_dir, eval_split),
-                         num_classes=num_classes,
+  source = source_for(name, data_source)
+  if preprocessing.takes_jpeg and source != 'stream':
+    jpeg = ', '.join(repr(a) for a, p in AUGMENTATIONS.items()
+                     if p.takes_jpeg)
+    raise UserError(
+        f'augment={preprocessing.augment!r} takes encoded JPEGs, which only '
+        f'a streamed dataset keeps, but {name!r} is read into memory; use '
+        f'an augment other than {jpeg}, or --config.data_source=stream for '
+        'a TFDS dataset of JPEGs.')
+  return READERS[source](name, data_dir, train_split, eval_split,
+                         preprocessing)
+
+
+def _read_idx(name, data_dir, train_split, eval_split, preprocessing):
+  return InMemoryDataset(train=idx.load_split(data_dir, train_split),
+                         eval=idx.load_split(data_dir, eval_split),
+                         num_classes=OFFLINE_DATASETS[name],
                          preprocessing=preprocessing)
 
 
-def _prepared_tfds_builder(name: str, data_dir: str | None):
+def _read_tfds_into_memory(name, data_dir, train_split, eval_split,
+                           preprocessing):
+  builder = _builder(name, data_dir, preprocessing)
+  return InMemoryDataset(train=tfds_source.read_split(builder, train_split),
+                         eval=tfds_source.read_split(builder, eval_split),
+                         num_classes=tfds_source.num_classes(builder),
+                         preprocessing=preprocessing)
+
+
+def _stream_tfds(name, data_dir, train_split, eval_split, preprocessing):
+  builder = _builder(name, data_dir, preprocessing)
+  return streaming.StreamingDataset(builder, train_split, eval_split,
+                                    tfds_source.num_classes(builder),
+                                    preprocessing)
+
+
+# (name, data_dir, train_split, eval_split, preprocessing) -> Dataset
+READERS: dict[str, Callable[..., Dataset]] = {
+    'idx': _read_idx,
+    'memory': _read_tfds_into_memory,
+    'stream': _stream_tfds,
+}
+
+
+def _builder(name: str, data_dir: str | None, preprocessing: Preprocessing):
+  """The prepared TFDS builder, checked against the preprocessing."""
   try:
-    builder = tfds.builder(name, data_dir=data_dir)
+    builder = tfds_source.prepared_builder(name, data_dir)
   except tfds.core.registered.DatasetNotFoundError:
     known = list(OFFLINE_DATASETS) + list(tfds.list_builders())
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
@@ -106,47 +111,11 @@ def _prepared_tfds_builder(name: str, data_dir: str | None):
             else 'see tfds.list_builders() for TFDS names, or use '
             f'{", ".join(OFFLINE_DATASETS)} for offline data.')
     raise UserError(f'unknown dataset {name!r}; {hint}') from None
-  if not builder.is_prepared():
-    where = data_dir or '~/tensorflow_datasets'
-    advice = (f'Run once on a machine with internet (it downloads into '
-              f'{where}), or set --config.data_dir to a folder holding a '
-              f'prepared TFDS copy of {name!r}, or train offline on '
-              'Fashion-MNIST with configs/fashion_mnist_pmap.py.')
-    unreachable = _first_unreachable_url(builder)
-    if unreachable:
-      raise UserError(f'dataset {name!r} is not prepared in {where} and cannot '
-                      f'be downloaded ({unreachable} is unreachable). {advice}')
-    try:
-      builder.download_and_prepare()
-    except Exception as e:  # pylint: disable=broad-except
-      raise UserError(f'dataset {name!r} could not be downloaded and prepared '
-                      f'({type(e).__name__}: {str(e)[:200]}). {advice}') from e
+  if None in preprocessing.image_shape(tfds_source.stored_image_shape(
+      builder)):
+    raise UserError(
+        f'dataset {name!r} has images of varying sizes, which '
+        f'augment={preprocessing.augment!r} keeps, so they cannot be '
+        'batched; use --config.augment=imagenet (crops to '
+        '--config.image_size) with --config.data_source=stream.')
   return builder
-
-
-def _first_unreachable_url(builder) -> str | None:
-  """Probes the builder's download URLs once, quickly.
-
-  Without network TFDS retries each download for minutes before failing; one
-  short request per host tells the user at once. It honours proxy settings.
-  """
-  hosts = {}
-  for url in (getattr(builder, 'url_infos', None) or {}):
-    hosts.setdefault(urllib.parse.urlsplit(url).netloc, url)
-  for url in hosts.values():
-    try:
-      requests.head(url, timeout=10, allow_redirects=False)
-    except requests.RequestException:
-      return url
-  return None
-
-
-def _tfds_split(builder, split: str) -> dict[str, np.ndarray]:
-  try:
-    ds = builder.as_dataset(split=split)
-  except ValueError as e:
-    raise UserError(f'dataset {builder.name!r} has no split {split!r} '
-                    f'({e}).') from e
-  chunks = list(tfds.as_numpy(ds.map(lambda x: {k: x[k] for k in _FEATURES})
-                              .batch(10_000)))
-  return {k: np.concatenate([c[k] for c in chunks]) for k in _FEATURES}

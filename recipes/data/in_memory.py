@@ -14,19 +14,20 @@ exactly once: the last batch is padded and the padding has `mask` False.
 
 Batches come out as numpy dicts with a leading local-batch axis: `image`
 float32 (see recipes/data/preprocess.py), `label` int32, and `mask` bool for
-evaluation. Placing them on devices is the strategy's job.
+evaluation. Placing them on devices is the strategy's job. InMemoryDataset
+offers both splits of a dataset this way (recipes/data/dataset.py).
 """
 
+import dataclasses
 import math
 from typing import Iterator
 
-import numpy as np
 import tensorflow as tf
 
-from recipes.parallel.distributed import process_slice
+from recipes.data.dataset import Batch
 from recipes.data.preprocess import Preprocessing
-
-Batch = dict[str, np.ndarray]
+from recipes.errors import UserError
+from recipes.parallel.distributed import process_slice
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> int:
@@ -114,3 +115,48 @@ def eval_batches(split: Batch, *, batch_size: int,
   ds = tf.data.Dataset.range(num_eval_steps(n, batch_size)).map(
       batch, num_parallel_calls=tf.data.AUTOTUNE)
   return as_numpy(ds)
+
+
+@dataclasses.dataclass(frozen=True)
+class InMemoryDataset:
+  """Both splits as numpy arrays: `image` uint8 [N, H, W, C], `label` [N]."""
+
+  train: Batch
+  eval: Batch
+  num_classes: int
+  preprocessing: Preprocessing = Preprocessing()
+
+  def __post_init__(self):
+    # A label outside the classes gives a NaN loss, which looks like a bad
+    # learning rate: say what it is instead.
+    for split, arrays in (('training', self.train), ('evaluation', self.eval)):
+      labels = arrays['label']
+      if len(labels) and not 0 <= labels.min() <= labels.max() < (
+          self.num_classes):
+        raise UserError(
+            f'the {split} split has labels from {labels.min()} to '
+            f'{labels.max()}, but the dataset has {self.num_classes} classes '
+            f'(labels 0 to {self.num_classes - 1}); check its label files or '
+            '--config.data_dir.')
+
+  @property
+  def image_shape(self) -> tuple[int, ...]:
+    return self.train['image'].shape[1:]
+
+  @property
+  def num_train(self) -> int:
+    return len(self.train['label'])
+
+  @property
+  def num_eval(self) -> int:
+    return len(self.eval['label'])
+
+  def train_batches(self, *, batch_size: int, seed: int, start_step: int,
+                    num_steps: int) -> Iterator[Batch]:
+    return train_batches(self.train, batch_size=batch_size, seed=seed,
+                         start_step=start_step, num_steps=num_steps,
+                         preprocessing=self.preprocessing)
+
+  def eval_batches(self, *, batch_size: int) -> Iterator[Batch]:
+    return eval_batches(self.eval, batch_size=batch_size,
+                        preprocessing=self.preprocessing)

@@ -1,26 +1,30 @@
-"""Per-example image preprocessing for tf.data: augmentation and normalization.
+"""Per-example image preprocessing for tf.data: presets found by name.
 
-Presets, chosen by `config.augment`:
+Augmentations (`config.augment`), in AUGMENTATIONS:
 - 'none': images scaled to [0, 1].
 - 'cifar': training images padded by 4 pixels, randomly cropped back and
   randomly flipped left-right (the standard CIFAR augmentation).
-- 'imagenet': encoded JPEGs; training takes an Inception-style random-resized
-  crop (area 8%-100%, aspect 3/4-4/3) decoded straight from the JPEG, resized
-  to `image_size`, randomly flipped; evaluation resizes and takes the central
-  crop (image_size / (image_size + 32) of the shorter side).
-`config.normalize` then subtracts a per-channel mean and divides by a std.
+- 'imagenet': encoded JPEGs, so streamed datasets only; training takes an
+  Inception-style random-resized crop (area 8%-100%, aspect 3/4-4/3) decoded
+  straight from the JPEG, resized to `image_size`, randomly flipped;
+  evaluation resizes and takes the central crop (image_size / (image_size +
+  32) of the shorter side).
+Normalizations (`config.normalize`), in MEAN_STD: a per-channel mean to
+subtract and std to divide by, after the augmentation.
 
+Where the images come from is the dataset's business (recipes/data/
+datasets.py); a preset only says whether it takes decoded or JPEG images.
 Every random choice uses stateless ops seeded per example, so augmentation is
 a pure function of (seed, example position) like the data order itself.
 """
 
 import dataclasses
+from typing import Callable
 
 import tensorflow as tf
 
 from recipes.errors import UserError
 
-AUGMENTATIONS = ('none', 'cifar', 'imagenet')
 MEAN_STD = {
     'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     'imagenet': ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
@@ -28,16 +32,9 @@ MEAN_STD = {
 _EVAL_CROP_PADDING = 32
 
 
-def check(augment: str, normalize: str):
-  if augment not in AUGMENTATIONS:
-    raise UserError(f'unknown augment {augment!r}; choose one of '
-                    f'{", ".join(AUGMENTATIONS)}.')
-  if normalize and normalize not in MEAN_STD:
-    raise UserError(f'unknown normalize {normalize!r}; choose one of '
-                    f'{", ".join(MEAN_STD)} or "" for none.')
-
-
-def _scale(image):
+def scale(image, image_size=None):
+  """uint8 to [0, 1], for one image or a batch; keeps the size."""
+  del image_size
   return tf.cast(image, tf.float32) / 255.0
 
 
@@ -48,13 +45,14 @@ def normalize(image, name: str):
   return (image - tf.constant(mean)) / tf.constant(std)
 
 
-def cifar_train(image, seed):
+def cifar_train(image, seed, image_size=None):
   """Pad 4, random crop to the original size, random horizontal flip."""
+  del image_size
   shape = tf.shape(image)
   padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
   seeds = tf.random.experimental.stateless_split(seed, 2)
   image = tf.image.stateless_random_crop(padded, shape, seed=seeds[0])
-  return _scale(tf.image.stateless_random_flip_left_right(image, seeds[1]))
+  return scale(tf.image.stateless_random_flip_left_right(image, seeds[1]))
 
 
 def imagenet_train(jpeg, seed, image_size: int):
@@ -85,18 +83,35 @@ def imagenet_eval(jpeg, image_size: int):
   return tf.clip_by_value(image, 0, 255) / 255.0
 
 
-def train_image(image, seed, augment: str, image_size: int):
-  if augment == 'cifar':
-    return cifar_train(image, seed)
-  if augment == 'imagenet':
-    return imagenet_train(image, seed, image_size)
-  return _scale(image)
+@dataclasses.dataclass(frozen=True)
+class Augmentation:
+  """One preset: how stored images become float32 model inputs."""
+
+  # (image, seed, image_size) -> image; None: training images get `eval`,
+  # which is deterministic and so can run on whole batches.
+  train: Callable | None
+  # (image, image_size) -> image; also on a batch unless takes_jpeg.
+  eval: Callable
+  # Takes encoded JPEG bytes, which only streamed datasets keep, and
+  # returns image_size x image_size crops; others keep the stored size.
+  takes_jpeg: bool = False
 
 
-def eval_image(image, augment: str, image_size: int):
-  if augment == 'imagenet':
-    return imagenet_eval(image, image_size)
-  return _scale(image)
+AUGMENTATIONS = {
+    'none': Augmentation(train=None, eval=scale),
+    'cifar': Augmentation(train=cifar_train, eval=scale),
+    'imagenet': Augmentation(train=imagenet_train, eval=imagenet_eval,
+                             takes_jpeg=True),
+}
+
+
+def check(augment: str, normalize: str):
+  if augment not in AUGMENTATIONS:
+    raise UserError(f'unknown augment {augment!r}; choose one of '
+                    f'{", ".join(AUGMENTATIONS)}.')
+  if normalize and normalize not in MEAN_STD:
+    raise UserError(f'unknown normalize {normalize!r}; choose one of '
+                    f'{", ".join(MEAN_STD)} or "" for none.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,21 +120,39 @@ class Preprocessing:
 
   augment: str = 'none'
   normalize: str = ''
-  image_size: int = 0  # Output side for 'imagenet'; others keep their size.
+  image_size: int = 0  # Output side for presets that take JPEGs.
 
   def __post_init__(self):
     check(self.augment, self.normalize)
 
   @property
+  def augmentation(self) -> Augmentation:
+    return AUGMENTATIONS[self.augment]
+
+  @property
   def is_random(self) -> bool:
-    return self.augment != 'none'
+    return self.augmentation.train is not None
+
+  @property
+  def takes_jpeg(self) -> bool:
+    return self.augmentation.takes_jpeg
+
+  def image_shape(self, stored: tuple[int | None, ...]
+                  ) -> tuple[int | None, ...]:
+    """The shape of the model inputs made from images of shape `stored`
+    (None: a dimension that varies)."""
+    if self.takes_jpeg:
+      return (self.image_size, self.image_size, 3)
+    return tuple(stored)
 
   def train(self, image, seed):
     """One training example; `seed` is a [2] int tensor."""
-    image = train_image(image, seed, self.augment, self.image_size)
+    if not self.is_random:
+      return self.eval(image)
+    image = self.augmentation.train(image, seed, self.image_size)
     return normalize(image, self.normalize)
 
   def eval(self, image):
-    """One evaluation example, or a batch when not 'imagenet'."""
-    return normalize(eval_image(image, self.augment, self.image_size),
+    """One evaluation example, or a batch unless the preset takes JPEGs."""
+    return normalize(self.augmentation.eval(image, self.image_size),
                      self.normalize)

@@ -1,5 +1,8 @@
 """Streams TFDS datasets too large for memory (ImageNet-style JPEGs).
 
+Images stay encoded JPEGs for presets that decode them themselves (the
+'imagenet' crop decodes only its window); others get decoded images.
+
 What differs from the in-memory pipeline: each process reads its own even
 share of the split's files (`tfds.split_for_jax_process`) and shuffles it with
 a buffer seeded by the config seed. So the order is reproducible for a given
@@ -17,7 +20,8 @@ import jax
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes.data import in_memory
+from recipes.data import in_memory, tfds_source
+from recipes.data.dataset import Batch
 from recipes.data.preprocess import Preprocessing
 
 _SHUFFLE_BATCHES = 16  # Shuffle buffer, in local batches.
@@ -35,6 +39,8 @@ def _num_examples(builder, split: str) -> int:
 
 @dataclasses.dataclass
 class StreamingDataset:
+  """Both splits of a prepared TFDS builder, read from its files."""
+
   builder: tfds.core.DatasetBuilder
   train_split: str
   eval_split: str
@@ -47,18 +53,19 @@ class StreamingDataset:
 
   @property
   def image_shape(self) -> tuple[int, ...]:
-    size = self.preprocessing.image_size
-    return (size, size, 3)
+    return self.preprocessing.image_shape(
+        tfds_source.stored_image_shape(self.builder))
 
   def _read(self, split: str, seed: int | None) -> tf.data.Dataset:
     read_config = tfds.ReadConfig(shuffle_seed=seed)
+    jpeg = self.preprocessing.takes_jpeg
     return self.builder.as_dataset(
         split=tfds.split_for_jax_process(split), shuffle_files=seed is not None,
         read_config=read_config,
-        decoders={'image': tfds.decode.SkipDecoding()})
+        decoders={'image': tfds.decode.SkipDecoding()} if jpeg else None)
 
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
-                    num_steps: int) -> Iterator[in_memory.Batch]:
+                    num_steps: int) -> Iterator[Batch]:
     local = batch_size // jax.process_count()
     # Distinct augmentation seeds on every process and example.
     offset = jax.process_index() << 40
@@ -77,8 +84,7 @@ class StreamingDataset:
           .batch(local, drop_remainder=True))
     return in_memory.as_numpy(ds)
 
-  def eval_batches(self, *, batch_size: int
-                   ) -> Iterator[in_memory.Batch]:
+  def eval_batches(self, *, batch_size: int) -> Iterator[Batch]:
     local = batch_size // jax.process_count()
     steps = in_memory.num_eval_steps(self.num_eval, batch_size)
 

@@ -1,0 +1,45 @@
+"""What the training loop needs from a dataset, whatever its source.
+
+recipes/data/datasets.py finds a dataset by name; in_memory.InMemoryDataset
+and streaming.StreamingDataset implement this interface.
+"""
+
+from typing import Iterator, Protocol, runtime_checkable
+
+import numpy as np
+
+# Numpy arrays with a leading local-batch axis: `image` float32, `label`
+# int32, and `mask` bool in evaluation (False for padding examples).
+Batch = dict[str, np.ndarray]
+
+
+@runtime_checkable
+class Dataset(Protocol):
+  """Both splits of one dataset, batched for this process."""
+
+  @property
+  def num_classes(self) -> int:
+    ...
+
+  @property
+  def num_train(self) -> int:
+    ...
+
+  @property
+  def num_eval(self) -> int:
+    ...
+
+  @property
+  def image_shape(self) -> tuple[int, ...]:
+    """The shape of one preprocessed image, as the model sees it."""
+    ...
+
+  def train_batches(self, *, batch_size: int, seed: int, start_step: int,
+                    num_steps: int) -> Iterator[Batch]:
+    """This process's share of the global batches of steps [start_step,
+    num_steps); `batch_size` is global."""
+    ...
+
+  def eval_batches(self, *, batch_size: int) -> Iterator[Batch]:
+    """One pass over the evaluation split, padded to whole batches."""
+    ...

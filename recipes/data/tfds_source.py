@@ -1,0 +1,79 @@
+"""TFDS builders by name: prepared on first use, read whole into memory.
+
+TFDS downloads and prepares a dataset into `data_dir` the first time; without
+network it retries each download for minutes, so the download URLs are probed
+first and an unreachable one is reported at once.
+"""
+
+import urllib.parse
+
+import numpy as np
+import requests
+import tensorflow_datasets as tfds
+
+from recipes.errors import UserError
+
+_FEATURES = ('image', 'label')
+
+
+def prepared_builder(name: str, data_dir: str | None):
+  """The builder of `name`, downloaded and prepared into `data_dir` if needed.
+
+  Raises tfds.core.registered.DatasetNotFoundError for an unknown name.
+  """
+  builder = tfds.builder(name, data_dir=data_dir)
+  if not builder.is_prepared():
+    where = data_dir or '~/tensorflow_datasets'
+    advice = (f'Run once on a machine with internet (it downloads into '
+              f'{where}), or set --config.data_dir to a folder holding a '
+              f'prepared TFDS copy of {name!r}, or train offline on '
+              'Fashion-MNIST with configs/fashion_mnist_pmap.py.')
+    unreachable = first_unreachable_url(builder)
+    if unreachable:
+      raise UserError(f'dataset {name!r} is not prepared in {where} and cannot '
+                      f'be downloaded ({unreachable} is unreachable). {advice}')
+    try:
+      builder.download_and_prepare()
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f'dataset {name!r} could not be downloaded and prepared '
+                      f'({type(e).__name__}: {str(e)[:200]}). {advice}') from e
+  return builder
+
+
+def first_unreachable_url(builder) -> str | None:
+  """Probes the builder's download URLs once, quickly; None if all answer.
+
+  One short request per host, honouring proxy settings. Tests that fake the
+  download (tfds.testing.mock_data) replace this function with one that
+  returns None.
+  """
+  hosts = {}
+  for url in (getattr(builder, 'url_infos', None) or {}):
+    hosts.setdefault(urllib.parse.urlsplit(url).netloc, url)
+  for url in hosts.values():
+    try:
+      requests.head(url, timeout=10, allow_redirects=False)
+    except requests.RequestException:
+      return url
+  return None
+
+
+def num_classes(builder) -> int:
+  return builder.info.features['label'].num_classes
+
+
+def stored_image_shape(builder) -> tuple[int | None, ...]:
+  """None for a dimension that varies between images."""
+  return tuple(builder.info.features['image'].shape)
+
+
+def read_split(builder, split: str) -> dict[str, np.ndarray]:
+  """`image` and `label` of every example of `split`, as numpy arrays."""
+  try:
+    ds = builder.as_dataset(split=split)
+  except ValueError as e:
+    raise UserError(f'dataset {builder.name!r} has no split {split!r} '
+                    f'({e}).') from e
+  chunks = list(tfds.as_numpy(ds.map(lambda x: {k: x[k] for k in _FEATURES})
+                              .batch(10_000)))
+  return {k: np.concatenate([c[k] for c in chunks]) for k in _FEATURES}
