@@ -15,10 +15,10 @@ from typing import Any, Callable
 import ml_collections
 
 from recipes import optimizers
-from recipes.data import preprocess
+from recipes.data import datasets, preprocess
 from recipes.errors import UserError
+from recipes.parallel.strategy import STRATEGIES
 
-STRATEGIES = ('pmap', 'sharded')
 MODES = ('train', 'eval')
 HALF_PRECISION_DTYPES = ('bfloat16', 'float16')
 # Seeds feed both JAX and tf.data's stateless ops: a non-negative int32.
@@ -85,6 +85,7 @@ RULES = {
     'data_dir': text(),
     'train_split': text(non_empty=True),
     'eval_split': text(non_empty=True),
+    'data_source': choice(*datasets.DATA_SOURCES),
     'augment': choice(*preprocess.AUGMENTATIONS),
     'normalize': choice('', *preprocess.MEAN_STD),
     'image_size': integer(1),

@@ -1,42 +1,48 @@
+"""The data-parallel strategies with a replicated state, pmap and shard_map:
+training, evaluation and batch norm across 8 devices, and the two equal."""
+
 import jax
 import numpy as np
 import optax
 import pytest
 
-from recipes import loop, optimizers, train_state
-from recipes.parallel.pmap import PmapStrategy
-from tests.helpers import BatchNormNet, tiny_config
+from recipes import experiment, optimizers, train_state
+from recipes.parallel import strategy as strategies
+from tests.helpers import BatchNormNet, learnable_batch, tiny_config
+
+REPLICATED = ('pmap', 'shard_map')
 
 
-def _replicated_state(config, strategy):
-  model = loop.create_model(config, num_classes=10)
+def _strategy(name, model, tx=None):
+  tx = tx or optax.sgd(0.05, momentum=0.9)
+  return strategies.get(name)(model, tx, (28, 28, 1))
+
+
+def _replicated_state(config, name):
+  model = experiment.create_model(config, num_classes=10)
   tx = optimizers.create_optimizer(
       config, optimizers.learning_rate_schedule(config, 10, 100))
-  state = train_state.create(model, tx, (28, 28, 1), jax.random.PRNGKey(0))
-  return strategy.place_state(state)
+  strategy = _strategy(name, model, tx)
+  return strategy, strategy.create_state(jax.random.PRNGKey(0))
 
 
-def _fixed_batch(n=64):
-  """Noisy images whose label is the row band that is bright: learnable."""
-  rng = np.random.default_rng(0)
-  labels = rng.integers(0, 10, n).astype(np.int32)
-  images = 0.3 * rng.random((n, 28, 28, 1), np.float32)
-  for i, label in enumerate(labels):
-    images[i, 2 * label:2 * label + 3] += 0.7
-  return {'image': images, 'label': labels}
+def _replicas(name, leaf) -> list[np.ndarray]:
+  """Each device's copy of a replicated array."""
+  copies = [np.asarray(s.data) for s in leaf.addressable_shards]
+  return [c[0] for c in copies] if name == 'pmap' else copies
 
 
-@pytest.fixture(scope='module')
-def strategy():
+@pytest.fixture(autouse=True)
+def _eight_devices():
   assert jax.local_device_count() == 8
-  return PmapStrategy()
 
 
-@pytest.mark.parametrize('model', ['cnn', 'mlp'])
-def test_steps_lower_the_loss_and_keep_replicas_identical(strategy, model):
+@pytest.mark.parametrize('name, model', [
+    ('pmap', 'cnn'), ('pmap', 'mlp'), ('shard_map', 'cnn')])
+def test_steps_lower_the_loss_and_keep_replicas_identical(name, model):
   config = tiny_config(model=model, learning_rate=0.05)
-  state = _replicated_state(config, strategy)
-  batch = next(strategy.place_batches([_fixed_batch()]))
+  strategy, state = _replicated_state(config, name)
+  batch = next(strategy.place_batches([learnable_batch()]))
   losses = []
   for _ in range(8):
     state, metrics = strategy.train_step(state, batch)
@@ -44,45 +50,68 @@ def test_steps_lower_the_loss_and_keep_replicas_identical(strategy, model):
   assert losses[-1] < 0.5 * losses[0], losses
   assert int(strategy.to_host(state.step)) == 8
   for leaf in jax.tree.leaves(state.params):
-    shards = [np.asarray(s.data) for s in leaf.addressable_shards]
-    assert len(shards) == 8
-    for shard in shards[1:]:
-      np.testing.assert_array_equal(shard, shards[0])
+    copies = _replicas(name, leaf)
+    assert len(copies) == 8
+    for copy in copies[1:]:
+      np.testing.assert_array_equal(copy, copies[0])
 
 
-def test_metrics_cover_the_global_batch(strategy):
-  state = _replicated_state(tiny_config(), strategy)
-  batch = _fixed_batch()
+@pytest.mark.parametrize('name', REPLICATED)
+def test_metrics_cover_the_global_batch(name):
+  strategy, state = _replicated_state(tiny_config(), name)
+  batch = learnable_batch()
   batch['mask'] = np.arange(64) < 50
   metrics = strategy.to_host(
       strategy.eval_step(state, next(strategy.place_batches([batch]))))
   assert int(metrics.accuracy.count) == 50
-  # The same number from one device without pmap.
+  # The same number from one device without a strategy.
   single = strategy.to_host(state)
   logits = single.apply_fn({'params': single.params}, batch['image'][:50])
   expected = np.mean(np.argmax(logits, -1) == batch['label'][:50])
   np.testing.assert_allclose(metrics.compute()['accuracy'], expected)
 
 
-def test_batch_norm_statistics_are_averaged_across_devices(strategy):
+@pytest.mark.parametrize('name', REPLICATED)
+def test_batch_norm_statistics_are_averaged_across_devices(name):
   model = BatchNormNet(num_classes=10)
   tx = optax.sgd(0.0)  # Parameters stay put: only the statistics change.
   state = train_state.create(model, tx, (28, 28, 1), jax.random.PRNGKey(0))
   assert state.batch_stats
-  batch = _fixed_batch()
+  batch = learnable_batch()
   # Devices see different data, so per-device statistics would differ.
   batch['image'] *= np.repeat(np.arange(1, 9, dtype=np.float32), 8)[
       :, None, None, None]
+  strategy = _strategy(name, model, tx)
   replicated = strategy.place_state(state)
   replicated, _ = strategy.train_step(
       replicated, next(strategy.place_batches([batch])))
-  stats = replicated.batch_stats['BatchNorm_0']['mean']
-  shards = [np.asarray(s.data)[0] for s in stats.addressable_shards]
-  for shard in shards[1:]:
-    np.testing.assert_array_equal(shard, shards[0])
+  copies = _replicas(name, replicated.batch_stats['BatchNorm_0']['mean'])
+  for copy in copies[1:]:
+    np.testing.assert_array_equal(copy, copies[0])
   # momentum=0 keeps the batch mean: the pmean of per-device means equals
   # the mean over the whole (equally split) global batch.
   dense = state.params['Dense_0']
   features = batch['image'].reshape(64, -1) @ dense['kernel'] + dense['bias']
-  np.testing.assert_allclose(shards[0], features.mean(0), rtol=1e-4,
+  np.testing.assert_allclose(copies[0], features.mean(0), rtol=1e-4,
                              atol=1e-4)
+
+
+@pytest.mark.parametrize('model', ['cnn', BatchNormNet(num_classes=10)],
+                         ids=['cnn', 'batch_norm'])
+def test_shard_map_computes_what_pmap_computes(model):
+  """Same shared step, same reductions: the same bits after a few steps."""
+  if isinstance(model, str):
+    model = experiment.create_model(tiny_config(model=model), 10)
+  results = {}
+  for name in REPLICATED:
+    strategy = _strategy(name, model)
+    state = strategy.create_state(jax.random.PRNGKey(0))
+    for seed in range(3):
+      batch = learnable_batch()
+      batch['image'] += seed
+      state, metrics = strategy.train_step(
+          state, next(strategy.place_batches([batch])))
+    results[name] = strategy.to_host((state.params, state.batch_stats))
+    results[name] += (strategy.to_host(metrics).compute(),)
+  same = jax.tree.map(np.array_equal, results['pmap'], results['shard_map'])
+  assert all(jax.tree.leaves(same)), same

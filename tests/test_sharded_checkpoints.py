@@ -5,8 +5,11 @@ import numpy as np
 import optax
 
 import zoo
+from recipes.parallel import partition_rules
 from recipes import checkpoints
-from recipes.parallel.sharded import ShardedStrategy, make_mesh
+from recipes.parallel.mesh import make_mesh
+from recipes.parallel.sharded import ShardedStrategy
+from tests.helpers import random_batch
 
 
 def _strategy(mesh, devices=None):
@@ -14,13 +17,7 @@ def _strategy(mesh, devices=None):
                      hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64)
   return ShardedStrategy(make_mesh(mesh, devices), model,
                          optax.adam(1e-3), (28, 28, 1),
-                         zoo.default_rules('vit_ti16'))
-
-
-def _batch(seed=0):
-  rng = np.random.default_rng(seed)
-  return {'image': rng.random((8, 28, 28, 1), np.float32),
-          'label': rng.integers(0, 10, 8).astype(np.int32)}
+                         partition_rules.default_rules('vit_ti16'))
 
 
 def test_restore_onto_another_mesh_and_fewer_devices(tmp_path):
@@ -30,7 +27,8 @@ def test_restore_onto_another_mesh_and_fewer_devices(tmp_path):
   source = _strategy(dict(data=8, fsdp=1, tensor=1))
   state = source.create_state(jax.random.PRNGKey(0))
   # A step first, so that the step count and Adam's moments are not zeros.
-  state, _ = source.train_step(state, next(source.place_batches([_batch()])))
+  state, _ = source.train_step(
+      state, next(source.place_batches([random_batch(8)])))
   with checkpoints.manager(str(tmp_path)) as mngr:  # Waits for the save.
     checkpoints.save(mngr, 1, state)
   saved = source.to_host(state)

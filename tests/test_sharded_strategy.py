@@ -8,8 +8,10 @@ import optax
 import pytest
 
 import zoo
-from recipes.parallel.sharded import ShardedStrategy, make_mesh
-from tests.helpers import BatchNormNet
+from recipes.parallel import partition_rules
+from recipes.parallel.mesh import make_mesh
+from recipes.parallel.sharded import ShardedStrategy
+from tests.helpers import BatchNormNet, learnable_batch
 
 DP = dict(data=-1, fsdp=1, tensor=1)
 LAYOUTS = {
@@ -27,16 +29,7 @@ def _vit():
 
 
 def _batches(n=16, count=STEPS, seed=0):
-  """Noisy images whose label is the row band that is bright: learnable."""
-  rng = np.random.default_rng(seed)
-  batches = []
-  for _ in range(count):
-    labels = rng.integers(0, 10, n).astype(np.int32)
-    images = 0.3 * rng.random((n, 28, 28, 1), np.float32)
-    for i, label in enumerate(labels):
-      images[i, 2 * label:2 * label + 3] += 0.7
-    batches.append({'image': images, 'label': labels})
-  return batches
+  return [learnable_batch(n, seed + i) for i in range(count)]
 
 
 def _train(strategy, batches):
@@ -69,7 +62,7 @@ MLP_TENSOR_RULES = ((r'Dense_0/kernel$', (None, 'tensor')),
 @pytest.fixture(scope='module')
 def vit_reference():
   strategy = ShardedStrategy(make_mesh(DP), _vit(), TX, (28, 28, 1),
-                             zoo.default_rules('vit_ti16'))
+                             partition_rules.default_rules('vit_ti16'))
   losses, state = _train(strategy, _batches(count=1) * STEPS)
   assert losses[-1] < losses[0]
   return losses, strategy.to_host(state)
@@ -79,7 +72,7 @@ def vit_reference():
 def test_vit_layouts_compute_what_pure_data_parallel_does(layout,
                                                           vit_reference):
   strategy = ShardedStrategy(make_mesh(LAYOUTS[layout]), _vit(), TX,
-                             (28, 28, 1), zoo.default_rules('vit_ti16'))
+                             (28, 28, 1), partition_rules.default_rules('vit_ti16'))
   losses, state = _train(strategy, _batches(count=1) * STEPS)
   # Each device holds its own shard of parameters and momenta.
   kernel = state.params['block0']['Attention_0']['query']['kernel']
@@ -99,9 +92,9 @@ def test_vit_layouts_compute_what_pure_data_parallel_does(layout,
 def test_tensor_parallel_by_path_rules_computes_what_data_parallel_does():
   model = zoo.create('mlp', num_classes=10, hidden_sizes=(64, 64))
   dp = ShardedStrategy(make_mesh(DP), model, TX, (28, 28, 1),
-                       zoo.default_rules('mlp'))
+                       partition_rules.default_rules('mlp'))
   tp = ShardedStrategy(make_mesh(dict(data=2, fsdp=1, tensor=4)), model, TX,
-                       (28, 28, 1), zoo.default_rules('mlp'),
+                       (28, 28, 1), partition_rules.default_rules('mlp'),
                        path_rules=MLP_TENSOR_RULES)
   dp_losses, dp_state = _train(dp, _batches())
   tp_losses, tp_state = _train(tp, _batches())
@@ -133,7 +126,7 @@ def test_cnn_state_is_created_in_shards_and_eval_sees_the_global_batch():
   strategy = ShardedStrategy(make_mesh(dict(data=1, fsdp=-1, tensor=1)),
                              zoo.create('cnn', num_classes=10),
                              optax.sgd(0.1, momentum=0.9), (28, 28, 1),
-                             zoo.default_rules('cnn'))
+                             partition_rules.default_rules('cnn'))
   state = strategy.create_state(jax.random.PRNGKey(0))
   for tree in (state.params, state.opt_state[0].trace):
     kernel = tree['Dense_0']['kernel']

@@ -8,32 +8,67 @@ donated and reductions over the named axis (which spans all processes).
 import functools
 from typing import Iterable, Iterator
 
+import flax.linen as nn
 import jax
 import numpy as np
+import optax
+from clu import parameter_overview
 from flax import jax_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from recipes import steps
+from recipes import steps, train_state
 
 AXIS = 'batch'
 
 
 class PmapStrategy:
-  """Places state and batches for `jax.pmap` and runs the shared steps."""
+  """Places state and batches for `jax.pmap` and runs the shared steps.
+
+  `devices`: the local devices to use (default: all of them).
+  """
 
   name = 'pmap'
 
-  def __init__(self, prefetch: int = 2):
-    self.num_local_devices = jax.local_device_count()
+  def __init__(self, model: nn.Module, tx: optax.GradientTransformation,
+               image_shape: tuple[int, ...], seed: int = 0, devices=None,
+               prefetch: int = 2, **state_options):
+    self.devices = list(devices) if devices else jax.local_devices()
     self.prefetch = prefetch
+    self._init = functools.partial(train_state.create, model, tx, image_shape,
+                                   **state_options)
+    self._abstract = functools.partial(train_state.abstract, model, tx,
+                                       image_shape, **state_options)
+    # All devices (the default) is what spans several processes.
+    pmap_devices = None if devices is None else self.devices
     self.train_step = jax.pmap(
-        functools.partial(steps.train_step, axis_name=AXIS), axis_name=AXIS,
-        donate_argnums=(0,))
+        functools.partial(steps.train_step, axis_name=AXIS, seed=seed),
+        axis_name=AXIS, donate_argnums=(0,), devices=pmap_devices)
     self.eval_step = jax.pmap(
-        functools.partial(steps.eval_step, axis_name=AXIS), axis_name=AXIS)
+        functools.partial(steps.eval_step, axis_name=AXIS), axis_name=AXIS,
+        devices=pmap_devices)
+
+  @classmethod
+  def from_config(cls, config, model, tx, image_shape, devices=None):
+    return cls(model, tx, image_shape, seed=config.seed, devices=devices,
+               **train_state.options(config))
+
+  @staticmethod
+  def batch_divisor(config, num_devices: int) -> tuple[int, str]:
+    del config  # Every device gets an equal share.
+    return num_devices, 'devices'
+
+  def describe(self) -> str:
+    overview = parameter_overview.get_parameter_overview(
+        self._abstract().params, include_stats=False)
+    return (f'{overview}\nreplicated on each of {len(self.devices)} local '
+            f'devices ({jax.device_count()} in all)')
+
+  def create_state(self, rng: jax.Array):
+    return self.place_state(self._init(rng))
 
   def place_state(self, state):
-    return jax_utils.replicate(state)
+    """Copies a state that every process holds whole onto each device."""
+    return jax_utils.replicate(state, devices=self.devices)
 
   @staticmethod
   def to_host(tree):
@@ -71,7 +106,7 @@ class PmapStrategy:
 
   def place_batches(self, batches: Iterable[dict]) -> Iterator[dict]:
     def split(x):
-      return np.reshape(x, (self.num_local_devices, -1, *x.shape[1:]))
+      return np.reshape(x, (len(self.devices), -1, *x.shape[1:]))
 
     local = (jax.tree.map(split, batch) for batch in batches)
-    return jax_utils.prefetch_to_device(local, self.prefetch)
+    return jax_utils.prefetch_to_device(local, self.prefetch, self.devices)

@@ -1,0 +1,79 @@
+"""Batches and results as global arrays (`jax.Array` over all processes).
+
+Each process loads only its own rows of every global batch (see
+recipes/parallel/distributed.py `process_slice`);
+`jax.make_array_from_process_local_data` assembles the global array, so the
+same code runs on one host and on a pod. Used by the strategies whose state
+and batches are global arrays: sharded and shard_map.
+"""
+
+import collections
+from typing import Iterable, Iterator
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+
+from recipes.errors import UserError
+from recipes.parallel.distributed import process_slice
+
+
+def to_host(tree):
+  """A numpy copy of each (global) array, gathered from all processes."""
+
+  def fetch(x):
+    if x.is_fully_replicated:
+      return np.asarray(x.addressable_shards[0].data)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+  return jax.tree.map(fetch, tree)
+
+
+class BatchPlacer:
+  """Places each process's slice of a batch as one global array.
+
+  `sharding` splits the batch dimension; `how_to_fix` says, for the error
+  when a process's devices would hold rows it did not load, which setting
+  to change.
+  """
+
+  def __init__(self, sharding: NamedSharding, how_to_fix: str,
+               prefetch: int = 2):
+    self.sharding = sharding
+    self.how_to_fix = how_to_fix
+    self.prefetch = prefetch
+    self._checked_sizes = set()
+
+  def _check_rows(self, global_size: int):
+    """This process's rows of the global batch must be the ones it loaded."""
+    if global_size in self._checked_sizes:
+      return
+    rows = set()
+    for index in self.sharding.addressable_devices_indices_map(
+        (global_size,)).values():
+      rows.update(range(*index[0].indices(global_size)))
+    start, stop = process_slice(global_size)
+    if rows != set(range(start, stop)):
+      raise UserError(
+          f'with {jax.process_count()} processes the mesh must split each '
+          'batch between the processes, each holding its own rows: '
+          f'{self.how_to_fix} (mesh: {dict(self.sharding.mesh.shape)}).')
+    self._checked_sizes.add(global_size)
+
+  def place(self, batch: dict) -> dict:
+    global_size = len(batch['label']) * jax.process_count()
+    self._check_rows(global_size)
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(
+            self.sharding, x, (global_size, *x.shape[1:])), batch)
+
+  def __call__(self, batches: Iterable[dict]) -> Iterator[dict]:
+    """Global batches from this process's slices, `prefetch` steps ahead."""
+    queue = collections.deque()
+    for batch in batches:
+      queue.append(self.place(batch))
+      if len(queue) > self.prefetch:
+        yield queue.popleft()
+    while queue:
+      yield queue.popleft()

@@ -1,0 +1,85 @@
+"""The `Strategy` interface and the registry of strategies by name.
+
+A strategy is everything that differs between ways of running the shared step
+(recipes/steps.py) on many devices: where the state lives and how it is
+created, how batches are placed, what the global batch must be divisible by,
+the compiled steps, and how the state goes to and from a checkpoint. The loop,
+the benchmark and the tests pick one by `config.strategy` here and use only
+this interface.
+
+To add a strategy: write a class with these members in its own module under
+recipes/parallel/ (recipes/parallel/shard_map.py is the shortest to copy) and
+add it to STRATEGIES.
+"""
+
+from typing import Any, Iterable, Iterator, Protocol
+
+import flax.linen as nn
+import jax
+import optax
+
+from recipes.errors import UserError
+from recipes.parallel.pmap import PmapStrategy
+from recipes.parallel.shard_map import ShardMapStrategy
+from recipes.parallel.sharded import ShardedStrategy
+from recipes.train_state import TrainState
+
+
+class Strategy(Protocol):
+  """What the loop, the benchmark and the tests use of a strategy."""
+
+  name: str
+
+  @classmethod
+  def from_config(cls, config, model: nn.Module,
+                  tx: optax.GradientTransformation,
+                  image_shape: tuple[int, ...],
+                  devices: Iterable | None = None) -> 'Strategy':
+    """The strategy for one model and optimizer, set up as `config` says."""
+
+  @staticmethod
+  def batch_divisor(config, num_devices: int) -> tuple[int, str]:
+    """What every global batch must be divisible by, and what to call it
+    in an error message (known before the model or data exist)."""
+
+  def describe(self) -> str:
+    """How the state is placed, for the log."""
+
+  def create_state(self, rng: jax.Array) -> TrainState:
+    """The initial state, already placed."""
+
+  def place_state(self, state: TrainState) -> TrainState:
+    """Places a state that every process holds whole."""
+
+  def place_batches(self, batches: Iterable[dict]) -> Iterator[dict]:
+    """This process's batches, placed for the steps (a few ahead)."""
+
+  def train_step(self, state, batch) -> tuple[Any, Any]:
+    """The shared train step: (new state, metrics)."""
+
+  def eval_step(self, state, batch) -> Any:
+    """The shared eval step: metrics."""
+
+  def to_host(self, tree) -> Any:
+    """Metrics or state as numpy, one copy."""
+
+  def to_checkpoint(self, state) -> Any:
+    """The state as global arrays for `checkpoints.save`."""
+
+  def checkpoint_target(self, state) -> Any:
+    """Shapes and shardings to restore a checkpoint into."""
+
+  def from_checkpoint(self, restored) -> Any:
+    """A restored state, placed for the steps."""
+
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    s.name: s for s in (PmapStrategy, ShardedStrategy, ShardMapStrategy)}
+
+
+def get(name: str) -> type[Strategy]:
+  try:
+    return STRATEGIES[name]
+  except KeyError:
+    raise UserError(f'unknown strategy {name!r}; choose one of '
+                    f'{", ".join(STRATEGIES)}.') from None
