@@ -1,1 +1,2 @@
-"""Training recipes: data-parallel (pmap) training of the zoo's models on TFDS data."""
+"""Training recipes for the zoo's models: the command line, the loop and the
+shared step at the top; data/, parallel/ (strategies) and bench/ by concern."""

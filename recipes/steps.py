@@ -1,10 +1,10 @@
 """The step math, written once and shared by every parallel strategy.
 
-Each step works on the batch it is given. Under `jax.pmap` that is one
-device's share and `axis_name` names the mapped axis: gradients, batch-norm
-statistics and metrics are averaged across it with `lax.pmean` (spanning all
-hosts). Under `jax.jit` with sharded arrays the batch is global, `axis_name` is
-None, and XLA inserts the same reductions itself.
+Each step works on the batch it is given. Under `jax.pmap` or `jax.shard_map`
+that is one device's share and `axis_name` names the mapped axis: gradients,
+batch-norm statistics and metrics are averaged across it with `lax.pmean`
+(spanning all hosts). Under `jax.jit` with sharded arrays the batch is
+global, `axis_name` is None, and XLA inserts the same reductions itself.
 """
 
 import jax
@@ -61,17 +61,31 @@ def _keep_if_not(finite, new: TrainState, old: TrainState) -> TrainState:
                      batch_stats=choose(new.batch_stats, old.batch_stats))
 
 
-def train_step(state: TrainState, batch, axis_name: str | None = None):
+def dropout_key(seed: int, step, axis_name: str | None = None) -> jax.Array:
+  """The random key of the update that makes `step` + 1: a function of (seed,
+  step) only, so a resumed run draws the same masks as an uninterrupted one.
+  Where each device holds its own share of the batch (`axis_name`), the
+  device's index is folded in too, so the shares get different masks."""
+  key = jax.random.fold_in(jax.random.PRNGKey(seed), step)
+  if axis_name is not None:
+    key = jax.random.fold_in(key, lax.axis_index(axis_name))
+  return key
+
+
+def train_step(state: TrainState, batch, axis_name: str | None = None,
+               seed: int = 0):
   """One optimizer update on `batch`; returns the new state and its metrics.
 
+  Models with dropout get their key from `dropout_key(seed, state.step)`.
   A non-finite loss or gradient norm is reported in the metrics; the update
   is skipped instead if the state says so (`skips_nonfinite_updates`).
   """
+  rngs = {'dropout': dropout_key(seed, state.step, axis_name)}
 
   def loss_fn(params):
     mutable = ['batch_stats'] if state.batch_stats else False
     out = state.apply_fn(_variables(state, params), batch['image'],
-                         train=True, mutable=mutable)
+                         train=True, mutable=mutable, rngs=rngs)
     logits, new_model_state = out if mutable else (out, {})
     loss = _per_example_loss(logits, batch['label'])
     return loss.mean(), (loss, logits, new_model_state)

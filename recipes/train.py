@@ -61,6 +61,11 @@ class _ConfigFileParser(flags.ArgumentParser):
 
   def parse(self, argument):
     path, args = _split_config_argument(argument)
+    # A config may import its neighbours as a package ('from configs import
+    # default'): the directory above the config's is importable while it
+    # loads, from whatever directory the command runs.
+    above = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    sys.path.insert(0, above)
     try:
       loader = importlib.machinery.SourceFileLoader('config_file', path)
       module = importlib.util.module_from_spec(
@@ -74,6 +79,8 @@ class _ConfigFileParser(flags.ArgumentParser):
       raise UserError(f'config file {path!r} failed to load '
                       f'({type(e).__name__}: {_one_line(e)}); fix the '
                       'file.') from e
+    finally:
+      sys.path.remove(above)
     if not isinstance(config, ml_collections.ConfigDict):
       raise UserError(f'get_config() in {path!r} returned a '
                       f'{type(config).__name__}, not an ml_collections.'

@@ -33,6 +33,28 @@ def tiny_config(**overrides):
   return config
 
 
+def random_batch(n: int = 16, seed: int = 0, mask: bool = False) -> dict:
+  """`n` random 28x28x1 images with labels of 10 classes (and an all-True
+  eval mask if asked)."""
+  rng = np.random.default_rng(seed)
+  batch = {'image': rng.random((n, 28, 28, 1), np.float32),
+           'label': rng.integers(0, 10, n).astype(np.int32)}
+  if mask:
+    batch['mask'] = np.ones(n, bool)
+  return batch
+
+
+def learnable_batch(n: int = 64, seed: int = 0) -> dict:
+  """Noisy 28x28x1 images whose label is the row band that is bright: a
+  model can learn them in a few steps."""
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, 10, n).astype(np.int32)
+  images = 0.3 * rng.random((n, 28, 28, 1), np.float32)
+  for i, label in enumerate(labels):
+    images[i, 2 * label:2 * label + 3] += 0.7
+  return {'image': images, 'label': labels}
+
+
 def write_idx(path: str, array: np.ndarray):
   """Writes `array` (uint8) as a gzip-compressed IDX file."""
   header = bytes([0, 0, 0x08, array.ndim]) + np.asarray(
@@ -93,3 +115,17 @@ class BatchNormNet(nn.Module):
     x = nn.Dense(16)(x.reshape((x.shape[0], -1)))
     x = nn.BatchNorm(use_running_average=not train, momentum=0.0)(x)
     return nn.Dense(self.num_classes)(nn.relu(x))
+
+
+class DropoutNet(nn.Module):
+  """A tiny model with dropout on its hidden features."""
+
+  num_classes: int
+  dtype: Any = jnp.float32
+  rate: float = 0.5
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    x = nn.relu(nn.Dense(32)(x.reshape((x.shape[0], -1))))
+    x = nn.Dropout(self.rate, deterministic=not train)(x)
+    return nn.Dense(self.num_classes)(x)

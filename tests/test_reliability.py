@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recipes import checkpoints, loop, preemption
+from recipes import checkpoints, evaluation, experiment, loop, preemption
 from recipes.errors import UserError
 from tests.helpers import read_scalars, saved_params, tiny_config
 
@@ -78,9 +78,10 @@ def test_half_precision_computes_in_half_and_keeps_float32_state(
     data_dir, tmp_path, dtype):
   config = _config(data_dir, half_precision=True, half_precision_dtype=dtype,
                    strategy='sharded')
-  run = loop.setup(config)
-  assert run.model.dtype == jnp.dtype(dtype)
-  assert (run.state.dynamic_scale is not None) == (dtype == 'float16')
+  exp = experiment.build(config)
+  assert exp.model.dtype == jnp.dtype(dtype)
+  assert (exp.create_state().dynamic_scale is not None) == (
+      dtype == 'float16')
   summary = loop.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(summary['loss'])
   for leaf in jax.tree.leaves(saved_params(tmp_path)[1]):
@@ -126,13 +127,13 @@ def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path):
 
 def test_a_signal_during_evaluation_stops_with_a_checkpoint(
     data_dir, tmp_path, monkeypatch, caplog):
-  evaluate = loop.evaluate
+  evaluate = evaluation.evaluate
 
   def evaluate_after_a_signal(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGINT)  # A real Ctrl-C, mid-run.
     return evaluate(*args, **kwargs)
 
-  monkeypatch.setattr(loop, 'evaluate', evaluate_after_a_signal)
+  monkeypatch.setattr(evaluation, 'evaluate', evaluate_after_a_signal)
   config = _config(data_dir, eval_every_steps=3, checkpoint_every_steps=0)
   with caplog.at_level('WARNING'):
     assert loop.train_and_evaluate(config, str(tmp_path)) is None
@@ -142,7 +143,7 @@ def test_a_signal_during_evaluation_stops_with_a_checkpoint(
   assert 'eval/loss' not in read_scalars(str(tmp_path))  # Eval was cut short.
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
-  monkeypatch.setattr(loop, 'evaluate', evaluate)
+  monkeypatch.setattr(evaluation, 'evaluate', evaluate)
   summary = loop.train_and_evaluate(config, str(tmp_path))  # Resumes.
   assert np.isfinite(summary['loss'])
   assert sorted(read_scalars(str(tmp_path))['eval/loss']) == [6]

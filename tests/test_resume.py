@@ -24,14 +24,19 @@ def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn'):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('strategy', ['pmap', 'sharded'])
+@pytest.mark.parametrize('strategy, model', [
+    ('pmap', 'cnn'), ('sharded', 'cnn'), ('shard_map', 'cnn'),
+    # Dropout masks come from (seed, step): a resumed run draws the same.
+    ('pmap', 'tests.helpers:DropoutNet'),
+    ('sharded', 'tests.helpers:DropoutNet')])
 def test_restart_resumes_and_matches_an_uninterrupted_run(
-    data_dir, tmp_path, caplog, strategy):
-  _run(data_dir, tmp_path / 'straight', 8, strategy)
-  _run(data_dir, tmp_path / 'restarted', 5, strategy)  # Saves at 3 and 5.
+    data_dir, tmp_path, caplog, strategy, model):
+  _run(data_dir, tmp_path / 'straight', 8, strategy, model)
+  # Saves at 3 and 5.
+  _run(data_dir, tmp_path / 'restarted', 5, strategy, model)
   assert checkpoints.manager(str(tmp_path / 'restarted')).all_steps() == [3, 5]
   with caplog.at_level(logging.INFO):
-    _run(data_dir, tmp_path / 'restarted', 8, strategy)
+    _run(data_dir, tmp_path / 'restarted', 8, strategy, model)
   assert 'Resuming from the checkpoint of step 5' in caplog.text
   step, straight = saved_params(tmp_path / 'straight')
   resumed_step, resumed = saved_params(tmp_path / 'restarted')

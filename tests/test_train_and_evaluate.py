@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
-from recipes import loop, optimizers, train, train_state
-from recipes.data import datasets
+from recipes import evaluation, experiment, optimizers, train
+from recipes.data import datasets, tfds_source
 from recipes.parallel.pmap import PmapStrategy
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
@@ -20,7 +20,7 @@ TAGS = {'train/loss', 'train/accuracy', 'train/grad_norm',
 def test_mock_tfds_run_writes_the_six_tags(tmp_path):
   config = tiny_config(dataset='mnist', num_train_steps=6)
   with tfds.testing.mock_data(num_examples=100), mock.patch.object(
-      datasets, '_first_unreachable_url', return_value=None):
+      tfds_source, 'first_unreachable_url', return_value=None):
     summary = train.run(config, str(tmp_path))
   scalars = read_scalars(str(tmp_path))
   assert TAGS <= set(scalars)
@@ -37,13 +37,12 @@ def test_idx_run_learns_and_evaluates_every_test_example(tmp_path):
   data = datasets.load('fashion_mnist_idx', str(tmp_path))
   config = tiny_config(dataset='fashion_mnist_idx', data_dir=str(tmp_path),
                        num_train_steps=4, eval_batch_size=16)
-  strategy = PmapStrategy()
-  model = loop.create_model(config, 10)
+  model = experiment.create_model(config, 10)
   tx = optimizers.create_optimizer(
       config, optimizers.learning_rate_schedule(config, 6, 4))
-  state = strategy.place_state(
-      train_state.create(model, tx, (28, 28, 1), jax.random.PRNGKey(0)))
-  metrics = loop.evaluate(strategy, state, data, batch_size=16)
+  strategy = PmapStrategy(model, tx, (28, 28, 1))
+  state = strategy.create_state(jax.random.PRNGKey(0))
+  metrics = evaluation.evaluate(strategy, state, data, batch_size=16)
   assert int(metrics.accuracy.count) == 100  # 7 batches, 12 padded slots.
   host = strategy.to_host(state)
   images = data.eval['image'].astype(np.float32) / 255

@@ -18,9 +18,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.input_only:
       # Only this mode needs TensorFlow; the step bench runs without it.
       from recipes.bench import input as input_bench  # pylint: disable=g-import-not-at-top
-      result = input_bench.run(args)
+      result = input_bench.measure(args)
     else:
-      result = step.run(args)
+      result = step.measure(args)
       print(step.table(result))
   except UserError as e:
     sys.exit(f'error: {e}')

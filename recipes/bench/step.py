@@ -5,10 +5,12 @@
 
 Strategies: `jit` is a bare single-device `jax.jit` of `steps.train_step`
 with the state donated, the reference for the recipes' own overhead; `pmap`
-runs `PmapStrategy`'s step on the state it replicates; `sharded` runs
-`ShardedStrategy`'s on a mesh (`--mesh`, default pure data parallel) with
-the model's default rules. `--devices` picks the first N local devices
-(default: all for pmap and sharded, one for jit).
+runs `PmapStrategy`'s step on the state it replicates, `shard_map`
+`ShardMapStrategy`'s; `sharded` runs `ShardedStrategy`'s on a mesh (`--mesh`,
+default pure data parallel) with the model's default rules. Each comes from
+the recipes' strategy registry (recipes/parallel/strategy.py). `--devices`
+picks the first N local devices (default: all for the recipes' strategies,
+one for jit).
 
 One random batch is made on the host and put on the devices once, then
 reused: the step is timed, not the host. The first call (tracing, compiling
@@ -33,23 +35,22 @@ import gzip
 import os
 import sys
 import time
+import types
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import jax_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import zoo
 from recipes import steps, train_state
 from recipes.dispatch import OneAhead
 from recipes.errors import UserError, check_divisible
-from recipes.parallel.pmap import PmapStrategy
-from recipes.parallel.sharded import ShardedStrategy, make_mesh
+from recipes.parallel import strategy as strategies
 
-STRATEGIES = ('jit', 'pmap', 'sharded')
+# jit: the bare step on one device, the reference for the recipes' overhead.
+STRATEGIES = ('jit', *strategies.STRATEGIES)
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16,
           'float16': jnp.float16}  # float16 with dynamic loss scaling.
 
@@ -149,10 +150,8 @@ def create_model(args) -> tuple[Any, dict[str, Any]]:
 
 
 def image_shape(name: str, kwargs: dict[str, Any]) -> tuple[int, ...]:
-  shape = zoo.input_shape(name)
-  if 'image_size' in kwargs:  # E.g. a ViT at another resolution.
-    return (kwargs['image_size'], kwargs['image_size'], *shape[2:])
-  return shape
+  # The registry's, for these kwargs (e.g. a ViT's image_size).
+  return zoo.input_shape(name, **kwargs)
 
 
 def forward_flops_per_image(name: str, shape, kwargs) -> int:
@@ -162,7 +161,7 @@ def forward_flops_per_image(name: str, shape, kwargs) -> int:
   # count the same math traced in float32, where 'auto' attention is XLA's
   # einsums.
   kwargs = {k: v for k, v in kwargs.items() if k != 'attention_impl'}
-  return round(zoo.model_info(name, shape, **kwargs).gflops * 1e9)
+  return round(zoo.model_info(name, input_shape=shape, **kwargs).gflops * 1e9)
 
 
 def select_devices(args) -> list:
@@ -170,7 +169,7 @@ def select_devices(args) -> list:
   count = args.devices or (1 if args.strategy == 'jit' else len(local))
   if args.strategy == 'jit' and count != 1:
     raise UserError(f'--strategy=jit runs on one device, not {count}; use '
-                    'pmap or sharded for more.')
+                    'a strategy of the recipes for more.')
   if not 1 <= count <= len(local):
     raise UserError(f'--devices={count}, but there are {len(local)} local '
                     'devices.')
@@ -187,7 +186,7 @@ def _mesh_sizes(text: str) -> dict[str, int]:
 
 
 @dataclasses.dataclass
-class Setup:
+class Timed:
   """What the timing loop needs: a step, its inputs, a way to read metrics."""
   step: Callable
   state: Any
@@ -203,44 +202,36 @@ def bare_train_step():
                  donate_argnums=(0,))
 
 
-def _jit(model, tx, shape, devices, batch, rng, options) -> Setup:
-  step = bare_train_step()
-  with jax.default_device(devices[0]):
-    state = train_state.create(model, tx, shape, rng, **options)
-  return Setup(step, state, jax.device_put(batch, devices[0]), jax.device_get,
-               1)
+def _settings(args) -> types.SimpleNamespace:
+  """The config fields a strategy reads, as the command line sets them."""
+  return types.SimpleNamespace(
+      model=args.model, seed=args.seed, mesh=_mesh_sizes(args.mesh),
+      partition_rules=(), path_rules=(),
+      # As the recipes train in float16: with flax's DynamicScale.
+      half_precision=args.dtype != 'float32',
+      half_precision_dtype=args.dtype,
+      skip_nonfinite_updates=False)
 
 
-def _pmap(model, tx, shape, devices, batch, rng, options) -> Setup:
-  strategy = PmapStrategy()
-  state = train_state.create(model, tx, shape, rng, **options)
-  if len(devices) == strategy.num_local_devices:
-    state = strategy.place_state(state)
-  else:  # The pmapped step runs on as many devices as its inputs span.
-    state = jax_utils.replicate(state, devices=devices)
-  # As prefetch_to_device places them: [devices, per_device, ...], split.
-  split = NamedSharding(Mesh(np.array(devices), ('devices',)),
-                        PartitionSpec('devices'))
-  batch = jax.tree.map(
-      lambda x: jax.device_put(
-          x.reshape(len(devices), -1, *x.shape[1:]), split), batch)
-  return Setup(strategy.train_step, state, batch, strategy.to_host,
-               len(devices))
+def _prepare(args, model, tx, shape, devices, batch) -> Timed:
+  rng = jax.random.PRNGKey(args.seed)
+  settings = _settings(args)
+  if args.strategy == 'jit':
+    with jax.default_device(devices[0]):
+      state = train_state.create(model, tx, shape, rng,
+                                 **train_state.options(settings))
+    return Timed(bare_train_step(), state,
+                 jax.device_put(batch, devices[0]), jax.device_get, 1)
+  strategy_class = strategies.get(args.strategy)
+  divisor, shards = strategy_class.batch_divisor(settings, len(devices))
+  check_divisible('batch_size', args.batch_size, divisor, shards)
+  strategy = strategy_class.from_config(settings, model, tx, shape, devices)
+  return Timed(strategy.train_step, strategy.create_state(rng),
+               next(strategy.place_batches([batch])), strategy.to_host,
+               divisor)
 
 
-def _sharded(model, tx, shape, devices, batch, rng, options, name,
-             mesh) -> Setup:
-  mesh = make_mesh(_mesh_sizes(mesh), devices)
-  shards = mesh.shape['data'] * mesh.shape['fsdp']
-  check_divisible('batch_size', len(batch['label']), shards,
-                  'batch shards (mesh data x fsdp)')
-  strategy = ShardedStrategy(mesh, model, tx, shape,
-                             rules=zoo.default_rules(name), **options)
-  return Setup(strategy.train_step, strategy.create_state(rng),
-               next(strategy.place_batches([batch])), strategy.to_host, shards)
-
-
-def time_steps(setup: Setup, warmup: int, num_steps: int):
+def time_steps(setup: Timed, warmup: int, num_steps: int):
   """(first call's seconds, each timed step's seconds, final state, metrics)."""
   state = setup.state
   start = time.perf_counter()
@@ -269,7 +260,7 @@ def peak_memory_bytes(devices) -> int | None:
   return max(peaks) if peaks else None
 
 
-def profile_one_step(setup: Setup, state, directory: str) -> str:
+def profile_one_step(setup: Timed, state, directory: str) -> str:
   """Traces one step into `directory`; returns a table of its largest ops."""
   with jax.profiler.trace(directory, create_perfetto_trace=True):
     with jax.profiler.StepTraceAnnotation('train', step_num=0):
@@ -327,13 +318,11 @@ def table(r: dict) -> str:
   return f"{header}\n|{'---|' * 11}\n{row}"
 
 
-def run(args) -> dict:
+def measure(args) -> dict:
   """Benchmarks the train step as `args` say; returns the results."""
   model, kwargs = create_model(args)
   shape = image_shape(args.model, kwargs)
   devices = select_devices(args)
-  if args.strategy == 'pmap':
-    check_divisible('batch_size', args.batch_size, len(devices))
   rng = np.random.default_rng(args.seed)
   batch = {'image': rng.standard_normal((args.batch_size, *shape),
                                         np.float32),
@@ -341,16 +330,10 @@ def run(args) -> dict:
                                  dtype=np.int32)}
   # The recipes' usual optimizer; its cost is part of the step.
   tx = optax.sgd(0.1, momentum=0.9)
-  prepare = {'jit': _jit, 'pmap': _pmap,
-             'sharded': functools.partial(_sharded, name=args.model,
-                                          mesh=args.mesh)}[args.strategy]
   log(f'{args.model} {args.dtype}, batch {args.batch_size}, {args.strategy} '
        f'on {len(devices)} {devices[0].platform} device(s) '
        f'({devices[0].device_kind}); compiling...')
-  # As the recipes train in float16: with flax's DynamicScale.
-  options = dict(loss_scaling=args.dtype == 'float16')
-  setup = prepare(model, tx, shape, devices, batch,
-                  jax.random.PRNGKey(args.seed), options)
+  setup = _prepare(args, model, tx, shape, devices, batch)
   first, times, state, metrics = time_steps(setup, args.warmup, args.steps)
   log(f'first call {first:.2f} s; timed {args.steps} steps.')
   loss = float(setup.to_host(metrics).compute()['loss'])

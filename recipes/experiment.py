@@ -1,0 +1,85 @@
+"""What a run is built from: data, schedule, model, optimizer and strategy,
+all from the config, with every mismatch found before anything is trained."""
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from absl import logging
+
+import zoo
+from recipes import optimizers
+from recipes.data import datasets, in_memory
+from recipes.data.dataset import Dataset
+from recipes.data.preprocess import Preprocessing
+from recipes.errors import UserError, check_divisible
+from recipes.parallel import strategy as strategies
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """The parts of a run; `create_state()` makes its initial state."""
+
+  data: Dataset
+  steps_per_epoch: int
+  num_steps: int
+  eval_batch_size: int
+  schedule: optax.Schedule
+  model: nn.Module
+  tx: optax.GradientTransformation
+  strategy: strategies.Strategy
+  seed: int
+
+  def create_state(self):
+    """The initial state from the seed, placed by the strategy."""
+    return self.strategy.create_state(jax.random.PRNGKey(self.seed))
+
+
+def create_model(config: ml_collections.ConfigDict, num_classes: int):
+  dtype = (jnp.dtype(config.half_precision_dtype) if config.half_precision
+           else jnp.float32)
+  try:
+    return zoo.create(config.model, num_classes=num_classes, dtype=dtype,
+                      **config.model_kwargs)
+  except (TypeError, ValueError) as e:
+    raise UserError(str(e)) from None
+
+
+def _num_train_steps(config, per_epoch: int) -> int:
+  steps = config.num_train_steps or int(config.num_epochs * per_epoch)
+  if steps <= 0:
+    raise UserError('nothing to train: set --config.num_epochs or '
+                    '--config.num_train_steps to a positive value.')
+  return steps
+
+
+def build(config: ml_collections.ConfigDict) -> Experiment:
+  """Checks the config against the devices, loads the data, makes the rest."""
+  strategy_class = strategies.get(config.strategy)
+  divisor, shards = strategy_class.batch_divisor(config, jax.device_count())
+  eval_batch_size = config.eval_batch_size or config.batch_size
+  check_divisible('batch_size', config.batch_size, divisor, shards)
+  check_divisible('eval_batch_size', eval_batch_size, divisor, shards)
+  create_model(config, num_classes=1)  # A bad name fails before data loads.
+
+  preprocessing = Preprocessing(config.augment, config.normalize,
+                                config.image_size)
+  data = datasets.load(config.dataset, config.data_dir or None,
+                       config.train_split, config.eval_split, preprocessing,
+                       config.data_source)
+  per_epoch = in_memory.steps_per_epoch(data.num_train, config.batch_size)
+  if per_epoch == 0:
+    raise UserError(f'batch_size {config.batch_size} is larger than the '
+                    f'{data.num_train} training examples.')
+  num_steps = _num_train_steps(config, per_epoch)
+
+  model = create_model(config, data.num_classes)
+  schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
+  tx = optimizers.create_optimizer(config, schedule)
+  strategy = strategy_class.from_config(config, model, tx, data.image_shape)
+  logging.info('Strategy %s:\n%s', strategy.name, strategy.describe())
+  return Experiment(data, per_epoch, num_steps, eval_batch_size, schedule,
+                    model, tx, strategy, config.seed)
