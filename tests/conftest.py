@@ -1,6 +1,10 @@
 """Every test runs on the CPU with 8 simulated devices, set before JAX loads."""
 
+import atexit
 import os
+import shutil
+import subprocess
+import tempfile
 
 os.environ['JAX_PLATFORMS'] = 'cpu'
 os.environ['JAX_NUM_CPU_DEVICES'] = '8'
@@ -9,6 +13,13 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # resnet20/wrn28_10) through its YNNPACK fusion; jax 0.10 ignores the flag.
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_cpu_experimental_ynn_fusion_type=')
+# Many tests compile the same steps: one compilation cache for the session,
+# shared with the commands the tests start (they inherit the environment).
+_CACHE = tempfile.mkdtemp(prefix='jax-cache-')
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ['JAX_COMPILATION_CACHE_DIR'] = _CACHE
+os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
+os.environ['JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'] = '0'
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -25,3 +36,18 @@ def data_dir(tmp_path_factory):
   path = tmp_path_factory.mktemp('data')
   write_fashion_mnist(str(path), num_train=64, num_test=16)
   return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_processes(request, monkeypatch):
+  """Tests outside the slow tier start no process (the fast tier's promise):
+  one that does fails here, and belongs under @pytest.mark.slow."""
+  if request.node.get_closest_marker('slow'):
+    return
+
+  def refuse(self, args, *rest, **kwargs):
+    del self, rest, kwargs
+    pytest.fail(f'{request.node.nodeid} starts a process ({args!r}); mark '
+                'it @pytest.mark.slow', pytrace=False)
+
+  monkeypatch.setattr(subprocess.Popen, '__init__', refuse)

@@ -7,12 +7,11 @@ import sys
 
 import pytest
 
-from tests.helpers import write_fashion_mnist
+from tests.helpers import ROOT, command_env, write_fashion_mnist
 
 # Each test runs the command (or real processes): the slow tier.
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(workdir, *flags, config='configs/fashion_mnist_pmap.py', env=None):
@@ -20,8 +19,7 @@ def _run(workdir, *flags, config='configs/fashion_mnist_pmap.py', env=None):
              f'--workdir={workdir}', '--config.num_train_steps=2', *flags]
   return subprocess.run(
       command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '8',
-           **(env or {})})
+      env=command_env(JAX_NUM_CPU_DEVICES='8', **(env or {})))
 
 
 def _train(tmp_path, *flags, workdir=None, **kwargs):

@@ -4,7 +4,6 @@ import glob
 import gzip
 import json
 import math
-import os
 import subprocess
 import sys
 
@@ -13,8 +12,8 @@ import pytest
 import zoo
 from recipes import bench
 from recipes.bench import step as bench_step
+from tests.helpers import ROOT, command_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ('model', 'strategy', 'dtype', 'batch_size', 'images_per_sec',
           'step_time_median_s', 'step_time_p90_s', 'compile_time_s',
           'flops_per_step', 'tflops_per_sec', 'mfu', 'devices', 'platform',
@@ -28,8 +27,8 @@ def _run_json(tmp_path, *flags) -> dict:
   return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize('strategy,devices', [('jit', 1), ('pmap', 2),
-                                              ('sharded', 2)])
+@pytest.mark.parametrize('strategy,devices', [
+    ('jit', 1), ('pmap', 2), ('sharded', 2), ('shard_map', 2)])
 def test_writes_every_field(tmp_path, strategy, devices):
   r = _run_json(tmp_path, f'--strategy={strategy}', f'--devices={devices}')
   assert set(FIELDS) <= set(r)
@@ -120,14 +119,15 @@ def test_bad_input_is_one_line(flags, message):
   assert '\n' not in str(e.value)
 
 
+@pytest.mark.slow
 def test_imports_no_tensorflow():
   code = ('import sys; from recipes import bench; '
           "bench.main(['--model=mlp', '--batch_size=4', '--steps=1']); "
           "print(sorted({m.split('.')[0] for m in sys.modules} & "
           "{'tensorflow', 'tensorflow_datasets', 'ml_collections'}))")
-  out = subprocess.run([sys.executable, '-c', code], cwd=REPO, check=True,
+  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, check=True,
                        capture_output=True, text=True,
-                       env={**os.environ, 'JAX_PLATFORMS': 'cpu'}).stdout
+                       env=command_env()).stdout
   assert out.splitlines()[-1] == '[]'
 
 

@@ -53,6 +53,7 @@ def test_no_new_checkpoints_still_resumes_from_the_old_ones(
   assert _steps(tmp_path) == [2, 4]  # Nothing saved, nothing deleted.
 
 
+@pytest.mark.slow
 def test_every_checkpoint_carries_the_checksums_of_its_files(data_dir,
                                                              tmp_path):
   _run(data_dir, tmp_path, 2)

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+import zoo
 from recipes import defaults as default
-from recipes import loop
-from recipes.data import datasets
-from tests.helpers import write_fashion_mnist
+from recipes import evaluation, experiment
+from recipes.data import datasets, tfds_source
+from tests.helpers import ROOT, write_fashion_mnist
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'configs',
                                                              '*.py'))
@@ -32,40 +32,51 @@ def test_config_is_documented_and_has_every_field(name):
   assert set(_config(name).keys()) == set(default.get_config().keys())
 
 
-# The models are tested in full in test_zoo.py; here each family's big
-# members are shrunk so that one step of every config stays cheap.
-_SMALL = {'resnet': {'num_filters': 8, 'stage_sizes': (1, 1, 1, 1)},
-          'wrn': {'depth': 10, 'widen_factor': 1},
-          'vit': {'hidden_size': 32, 'num_layers': 2, 'num_heads': 4,
-                  'mlp_dim': 64}}
-_KEEP = ('resnet20', 'resnet56', 'cnn', 'mlp')
-
-
 def _shrink(config):
-  if config.model in _KEEP:
-    return
-  family = next(f for f in _SMALL if config.model.startswith(f))
-  kwargs = {**config.model_kwargs.to_dict(), **_SMALL[family]}
-  if family == 'vit':  # 32x32 inputs in 8x8 patches.
-    kwargs.update(image_size=32, patch_size=8)
+  """The model at its registry test size (test_zoo.py tests it in full); a
+  ViT's test kwargs take 32x32 images, the crops this test makes."""
   with config.unlocked():
-    config.model_kwargs = kwargs
+    config.model_kwargs = {**config.model_kwargs.to_dict(),
+                           **zoo.spec(config.model).test_kwargs}
 
 
-@pytest.mark.slow  # About 8 s a config.
+def _fixed_batch_losses(config, num_steps: int):
+  """Losses of `num_steps` updates on one batch of the config's training data,
+  through its own model, optimizer and strategy; and its whole evaluation."""
+  exp = experiment.build(config)
+  batch = next(exp.data.train_batches(batch_size=config.batch_size, seed=0,
+                                      start_step=0, num_steps=1))
+  placed = next(exp.strategy.place_batches([batch]))
+  state = exp.create_state()
+  losses = []
+  for _ in range(num_steps):
+    state, metrics = exp.strategy.train_step(state, placed)
+    losses.append(float(exp.strategy.to_host(metrics).compute()['loss']))
+  evaluated = evaluation.evaluate(exp.strategy, state, exp.data,
+                                  exp.eval_batch_size)
+  return losses, evaluated
+
+
+@pytest.mark.slow  # A few seconds a config.
 @pytest.mark.parametrize('name', CONFIGS)
-def test_config_trains_a_step_on_mock_data(name, tmp_path, monkeypatch):
+def test_config_learns_a_fixed_batch_and_evaluates(name, tmp_path,
+                                                   monkeypatch):
   config = _config(name)
-  # Tiny shapes: one example per device, 32x32 crops for ImageNet configs.
-  config.update(batch_size=8, eval_batch_size=8, num_train_steps=1,
-                log_every_steps=1, eval_every_steps=1, image_size=32)
+  # The model at its test size, one batch of 16 (2 per device), 32x32 crops
+  # for ImageNet configs, and the configured rate from the first step.
+  config.update(batch_size=16, eval_batch_size=16, image_size=32,
+                lr_schedule='constant', warmup_epochs=0.0)
   _shrink(config)
   if config.dataset in datasets.OFFLINE_DATASETS:
-    write_fashion_mnist(str(tmp_path), num_train=16, num_test=8)
+    write_fashion_mnist(str(tmp_path), num_train=32, num_test=20)
     config.data_dir = str(tmp_path)
-    summary = loop.train_and_evaluate(config, str(tmp_path / 'work'))
+    losses, evaluated = _fixed_batch_losses(config, 5)
   else:
-    monkeypatch.setattr(datasets, '_first_unreachable_url', lambda b: None)
-    with tfds.testing.mock_data(num_examples=12):
-      summary = loop.train_and_evaluate(config, str(tmp_path / 'work'))
+    monkeypatch.setattr(tfds_source, 'first_unreachable_url', lambda b: None)
+    with tfds.testing.mock_data(num_examples=20):
+      losses, evaluated = _fixed_batch_losses(config, 5)
+  assert all(np.isfinite(losses)), losses
+  assert losses[-1] < losses[0], losses
+  summary = evaluated.compute()
+  assert int(evaluated.accuracy.count) == 20  # Every example, once.
   assert np.isfinite(summary['loss']) and 0 <= summary['accuracy'] <= 1

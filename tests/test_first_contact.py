@@ -11,6 +11,7 @@ import ml_collections
 import pytest
 
 import zoo
+from recipes.parallel import partition_rules
 from recipes import defaults as default
 from tests.helpers import ROOT, saved_params, write_fashion_mnist
 
@@ -46,6 +47,7 @@ def _write_script(path, text: str):
   path.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_readme_setup_uses_sudo_only_where_there_is_one(tmp_path):
   """Root on a machine without sudo runs apt-get itself; elsewhere every
   apt-get goes through sudo. apt-get and sudo are stand-ins that log their
@@ -171,6 +173,7 @@ def test_the_first_screen_is_ours(tmp_path):
   assert os.listdir(tmp_path / 'work' / 'checkpoints') == ['4']
 
 
+@pytest.mark.slow
 def test_tensorflow_notices_are_dropped_and_its_warnings_kept(tmp_path):
   """What TensorFlow's C++ writes to stderr while it loads (a stand-in
   here, writing to the file descriptor as C++ does)."""
@@ -289,7 +292,7 @@ def own_models(tmp_path, monkeypatch):
 def test_zoo_creates_a_model_named_by_its_import_path(own_models):
   model = zoo.create('own_models:SmallNet', num_classes=3)
   assert type(model).__name__ == 'SmallNet' and model.num_classes == 3
-  assert zoo.default_rules('own_models:SmallNet') == ()
+  assert partition_rules.default_rules('own_models:SmallNet') == ()
   with pytest.raises(ValueError, match='input shape is unknown; give'):
     zoo.input_shape('own_models:SmallNet')
   assert 'own_models:SmallNet' not in zoo.list_models()

@@ -94,6 +94,7 @@ SETTINGS = ('--dry-run', '--tpu_name=zoo', '--project=proj',
             '--zone=us-central2-b')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('subcommand, expected', [
     ('create', 'gcloud compute tpus tpu-vm create zoo --project=proj '
      '--zone=us-central2-b --accelerator-type=v4-32 '
@@ -119,6 +120,7 @@ def test_pod_dry_run_prints_the_gcloud_commands(subcommand, expected):
     assert 'tpu-vm ssh zoo' in printed and '--worker=all' in printed
 
 
+@pytest.mark.slow
 def test_pod_run_starts_the_command_on_every_worker():
   result = _pod(*SETTINGS, '--workers=4', 'run', '--', 'python', '-m',
                 'recipes.train', '--config=configs/mnist_pmap.py',
@@ -131,6 +133,7 @@ def test_pod_run_starts_the_command_on_every_worker():
              for l in lines)
 
 
+@pytest.mark.slow
 def test_pod_help_prints_the_usage_only():
   result = _pod('--help')
   assert result.returncode == 0 and result.stderr == ''
@@ -142,6 +145,7 @@ def test_pod_help_prints_the_usage_only():
   assert result.stdout.startswith('TPU VM pods: create, copy the code')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('args, env, message', [
     (('--dry-run', 'create'), {}, 'no TPU name: pass --tpu_name'),
     (('--dry-run', '--tpu_name=zoo', 'create'), {'GCLOUD': '/nonexistent'},

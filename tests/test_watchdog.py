@@ -18,6 +18,7 @@ def _python(code: str, timeout: float = 60):
                         capture_output=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_no_beat_for_the_timeout_dumps_every_stack_and_exits():
   start = time.monotonic()
   result = _python(
@@ -39,6 +40,7 @@ def test_no_beat_for_the_timeout_dumps_every_stack_and_exits():
   assert 'File "<string>", line 7 in <module>' in result.stderr
 
 
+@pytest.mark.slow
 def test_beats_keep_a_run_alive_and_zero_turns_the_watchdog_off():
   result = _python(
       'import time\n'
