@@ -11,7 +11,6 @@ arrays) takes an object's generation from it, and without it some of its
 cached reads fail at random with "Malformed StorageGeneration".
 """
 
-import os
 import socket
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import time
 import urllib.parse
 
 import requests
+
+from tests.helpers import ROOT
 
 
 class Emulator:
@@ -35,7 +36,7 @@ class Emulator:
           [sys.executable, '-m', 'tests.gcs_emulator', 'start',
            '--host=127.0.0.1', f'--port={port}', f'--default-bucket={bucket}',
            '--in-memory', '--quiet'],
-          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+          cwd=ROOT,
           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while not self._serving():

@@ -1,6 +1,5 @@
 """Meshes and partition rules of the sharded recipe; shapes only, no steps."""
 
-import os
 
 import flax.linen as nn
 import jax
@@ -12,13 +11,12 @@ from ml_collections import config_flags
 
 import zoo
 from recipes import experiment
-from recipes.parallel import partition_rules
 from recipes.errors import UserError
+from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh, mesh_shape
 from recipes.parallel.sharded import ShardedStrategy
-from tests.helpers import tiny_config
+from tests.helpers import ROOT, tiny_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DP = dict(data=-1, fsdp=1, tensor=1)
 FSDP = dict(data=1, fsdp=-1, tensor=1)
 MIXED = dict(data=2, fsdp=2, tensor=2)

@@ -12,16 +12,16 @@ import flax.linen as nn
 import jax
 import numpy as np
 import optax
-from clu import parameter_overview
 from flax import jax_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from recipes import steps, train_state
+from recipes.parallel.data_parallel import DataParallel
 
 AXIS = 'batch'
 
 
-class PmapStrategy:
+class PmapStrategy(DataParallel):
   """Places state and batches for `jax.pmap` and runs the shared steps.
 
   `devices`: the local devices to use (default: all of them).
@@ -36,8 +36,10 @@ class PmapStrategy:
     self.prefetch = prefetch
     self._init = functools.partial(train_state.create, model, tx, image_shape,
                                    **state_options)
-    self._abstract = functools.partial(train_state.abstract, model, tx,
-                                       image_shape, **state_options)
+    self.abstract_state = train_state.abstract(model, tx, image_shape,
+                                               **state_options)
+    self.placement = (f'replicated on each of {len(self.devices)} local '
+                      f'devices ({jax.device_count()} in all)')
     # All devices (the default) is what spans several processes.
     pmap_devices = None if devices is None else self.devices
     self.train_step = jax.pmap(
@@ -46,22 +48,6 @@ class PmapStrategy:
     self.eval_step = jax.pmap(
         functools.partial(steps.eval_step, axis_name=AXIS), axis_name=AXIS,
         devices=pmap_devices)
-
-  @classmethod
-  def from_config(cls, config, model, tx, image_shape, devices=None):
-    return cls(model, tx, image_shape, seed=config.seed, devices=devices,
-               **train_state.options(config))
-
-  @staticmethod
-  def batch_divisor(config, num_devices: int) -> tuple[int, str]:
-    del config  # Every device gets an equal share.
-    return num_devices, 'devices'
-
-  def describe(self) -> str:
-    overview = parameter_overview.get_parameter_overview(
-        self._abstract().params, include_stats=False)
-    return (f'{overview}\nreplicated on each of {len(self.devices)} local '
-            f'devices ({jax.device_count()} in all)')
 
   def create_state(self, rng: jax.Array):
     return self.place_state(self._init(rng))

@@ -15,16 +15,16 @@ import flax.linen as nn
 import jax
 import numpy as np
 import optax
-from clu import parameter_overview
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from recipes import steps, train_state
 from recipes.parallel import global_arrays
+from recipes.parallel.data_parallel import DataParallel
 
 AXIS = 'batch'
 
 
-class ShardMapStrategy:
+class ShardMapStrategy(DataParallel):
   """Replicates the state over a ('batch',) mesh and runs the shared steps
   per device under `jax.shard_map`. `devices`: default all of them."""
 
@@ -44,6 +44,8 @@ class ShardMapStrategy:
     self.abstract_state = jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated),
         abstract)
+    self.placement = (f'replicated on each of the {self.mesh.size} devices '
+                      f'of mesh axis {AXIS!r}')
     self.place_batches = global_arrays.BatchPlacer(
         NamedSharding(self.mesh, PartitionSpec(AXIS)),
         'run as many devices in each process', prefetch)
@@ -64,22 +66,6 @@ class ShardMapStrategy:
         donate_argnums=(0,))
     self.eval_step = jax.jit(per_device(
         functools.partial(steps.eval_step, axis_name=AXIS), PartitionSpec()))
-
-  @classmethod
-  def from_config(cls, config, model, tx, image_shape, devices=None):
-    return cls(model, tx, image_shape, seed=config.seed, devices=devices,
-               **train_state.options(config))
-
-  @staticmethod
-  def batch_divisor(config, num_devices: int) -> tuple[int, str]:
-    del config  # Every device gets an equal share.
-    return num_devices, 'devices'
-
-  def describe(self) -> str:
-    overview = parameter_overview.get_parameter_overview(
-        self.abstract_state.params, include_stats=False)
-    return (f'{overview}\nreplicated on each of the {self.mesh.size} devices '
-            f'of mesh axis {AXIS!r}')
 
   def create_state(self, rng: jax.Array):
     return self._init(rng, shardings=self.state_shardings)
