@@ -66,11 +66,12 @@ def trained(tmp_path_factory):
 
 @pytest.mark.parametrize('processes, devices, flags', [
     (2, 2, []),
+    (2, 2, ['--config.strategy=shard_map']),
     (2, 2, TENSOR_PARALLEL),
     (1, 4, TENSOR_PARALLEL),
     (4, 2, ['--config.strategy=sharded', '--config.mesh.data=2',
             '--config.mesh.fsdp=2', '--config.mesh.tensor=2']),
-], ids=['pmap-2x2', 'sharded-tensor-2x2', 'sharded-tensor-1x4',
+], ids=['pmap-2x2', 'shard_map-2x2', 'sharded-tensor-2x2', 'sharded-tensor-1x4',
         'sharded-fsdp-tensor-4x2'])
 def test_the_whole_split_gives_the_single_device_result(
     trained, tmp_path, processes, devices, flags):
