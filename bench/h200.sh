@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# The H200 benchmark, in one device call: ResNet-50 and ViT-B/16, bfloat16,
-# batch 256, the train step under jit, pmap and sharded on one GPU, plus a
-# one-step profile of each model. ViT runs with its default attention ('auto':
-# cuDNN's fused kernel where it takes the shapes) and once with XLA's, to see
-# what the fused kernel buys.
+# The GPU benchmark on one H200 (or any one GPU), in one command: ResNet-50
+# and ViT-B/16, bfloat16, batch 256, the train step under jit and each recipe
+# strategy on one GPU, plus a one-step profile of each model. ViT runs with
+# its default attention ('auto': cuDNN's fused kernel where it takes the
+# shapes) and once with XLA's, to see what the fused kernel buys.
 #
-# The machine has jax, flax, optax, orbax and absl but no clu, which the
-# step's metrics import (recipes/metrics.py); recipes.bench needs no
-# TensorFlow, TFDS or ml_collections. Before the call, on the development
-# machine (clu's own needs are all there, so --no-deps):
+#   OUT=/tmp/h200 bash bench/h200.sh
+#
+# It needs jax, flax, optax and clu (the step's metrics, recipes/metrics.py);
+# not TensorFlow, TFDS or ml_collections. On a machine without clu, put its
+# wheel in .whl/ first (clu's own needs come with jax and flax, so
+# --no-deps); the script installs it under /tmp/site:
 #
 #   pip download clu==0.0.12 --no-deps -d .whl/     # .whl/ is git-ignored
 #
-# then run it with the device tool (estimated 6-8 minutes of device time;
-# not yet tried on the GPU: results.jsonl and log.txt grow run by run, so a
-# time-out still returns the runs before it):
-#
-#   run(command="bash bench/h200.sh", carry=[".whl"], timeout_s=540)
+# About 6-8 minutes. results.jsonl and log.txt grow run by run, so a run
+# that is stopped early still keeps the runs before it.
 #
 # $OUT gets results.jsonl (one recipes.bench JSON a line), log.txt (the
 # tables, the largest ops of each profiled step, errors), env.txt and
@@ -52,7 +51,7 @@ bench() {  # NAME [FLAGS...]: one run; its JSON line goes to results.jsonl.
   local name=$1
   shift
   echo "=== $name: $*" >>"$LOG"
-  timeout 240 $PY -m recipes.bench.step --dtype=bfloat16 --batch_size="$BATCH" \
+  timeout 240 $PY -m recipes.bench --dtype=bfloat16 --batch_size="$BATCH" \
     --devices=1 --steps="$STEPS" --warmup=3 --json="$JSON/$name.json" "$@" \
     >>"$LOG" 2>&1 || echo "=== $name failed or timed out (rc $?)" >>"$LOG"
   [ -f "$JSON/$name.json" ] && $PY -c 'import json, sys
@@ -61,19 +60,21 @@ print(json.dumps(json.load(open(sys.argv[1]))))' "$JSON/$name.json" \
 }
 
 # Most wanted first: a time-out still leaves the earlier results. ViT with
-# XLA's attention comes early too: the cuDNN kernel ('auto') has not run on
-# this machine before, and a failure there must not cost the ViT number.
+# XLA's attention comes early too: should cuDNN's kernel ('auto') fail on a
+# machine, that must not cost the ViT number.
 bench ${CONVNET}_jit --model="$CONVNET" --strategy=jit --profile="$TRACES/$CONVNET"
 bench ${VIT}_jit --model="$VIT" --strategy=jit --profile="$TRACES/$VIT"
 bench ${VIT}_jit_xla --model="$VIT" --strategy=jit --attention_impl=xla
 bench ${CONVNET}_pmap --model="$CONVNET" --strategy=pmap
 bench ${CONVNET}_sharded --model="$CONVNET" --strategy=sharded
+bench ${CONVNET}_shard_map --model="$CONVNET" --strategy=shard_map
 bench ${VIT}_pmap --model="$VIT" --strategy=pmap
 bench ${VIT}_sharded --model="$VIT" --strategy=sharded
+bench ${VIT}_shard_map --model="$VIT" --strategy=shard_map
 
 tar -czf "$OUT/traces.tar.gz" -C "$TRACES" . 2>>"$LOG"
 if [ "$(stat -c %s "$OUT/traces.tar.gz")" -gt 15000000 ]; then
-  # Over what comes back from $OUT: keep the Perfetto traces only.
+  # Large: keep the Perfetto traces only.
   (cd "$TRACES" && find . -name 'perfetto_trace.json.gz' -print0 |
     tar -czf "$OUT/traces.tar.gz" --null -T -)
 fi

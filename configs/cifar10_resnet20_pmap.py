@@ -7,8 +7,8 @@ Standard recipe: random crop (pad 4) + horizontal flip, per-channel
 normalization, SGD with momentum 0.9, batch 128, learning rate 0.1, weight
 decay 1e-4, 160 epochs with cosine decay. Expected: about 91-92% test
 accuracy (He et al. 2016, "Deep Residual Learning", Table 6: 91.25% with a
-step schedule). Time: not measured here (these machines cannot download
-CIFAR-10); expect minutes per epoch on one modern GPU, hours on a CPU.
+step schedule). Time: not measured yet; expect minutes per epoch on one
+modern GPU, hours on a CPU.
 Use `--config.model=resnet56` for ResNet-56 (93.03% in the same table) or
 configs/cifar10_resnet56_pmap.py.
 """

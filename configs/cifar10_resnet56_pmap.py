@@ -5,7 +5,7 @@
 
 The ResNet-20 recipe (configs/cifar10_resnet20_pmap.py) with the deeper
 network. Expected: about 93% test accuracy (He et al. 2016, Table 6: 93.03%).
-Time: not measured here (no CIFAR-10 download on these machines).
+Time: not measured yet.
 """
 
 from configs import cifar10_resnet20_pmap

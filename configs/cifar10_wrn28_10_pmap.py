@@ -9,7 +9,7 @@ SGD with Nesterov momentum 0.9, batch 128, learning rate 0.1, weight decay
 96% test accuracy (the paper's Table 4: 4.00% error without dropout).
 bfloat16 computation (`half_precision`) is the sensible default on TPU and
 recent GPUs; set `--config.half_precision=False` on a CPU. Time: not measured
-here (no CIFAR-10 download on these machines).
+yet.
 """
 
 from configs import cifar10_resnet20_pmap

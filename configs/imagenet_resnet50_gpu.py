@@ -7,7 +7,7 @@ The TPU recipe (configs/imagenet_resnet50_tpu.py) with global batch 512
 (64 per GPU on 8 GPUs) and the learning rate scaled to 0.2. bfloat16
 computation on Ampere/Hopper GPUs. Prepare `imagenet2012` in `data_dir` from
 the manual download first. Expected: about 76% top-1 after 100 epochs (same
-sources as the TPU config). Time: not measured here; the input pipeline
+sources as the TPU config). Time: not measured yet; the input pipeline
 decodes JPEGs on the host CPUs, which often limits GPU throughput.
 """
 

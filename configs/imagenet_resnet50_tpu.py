@@ -10,7 +10,7 @@ computation, SGD with momentum 0.9 and weight decay 1e-4, global batch 1024,
 learning rate 0.1 x batch / 256 with 5 warmup epochs and cosine decay over
 100 epochs. Expected: about 76% top-1 (Goyal et al. 2017 report 76.3% for this
 batch-size/learning-rate rule; the Flax ImageNet example reports about 76% for
-100 epochs). Time: not measured here.
+100 epochs). Time: not measured yet.
 """
 
 from configs import default

@@ -21,7 +21,7 @@ evaluation, bfloat16 computation, AdamW (learning rate 1e-3, weight decay
 Expected: Dosovitskiy et al. 2021 report 77.9% top-1 for ViT-B/16 trained on
 ImageNet-1k alone (with dropout, fine-tuned at 384px); with crop + flip only
 and no dropout, expect a few points less, and the DeiT recipe's stronger
-augmentation (81.8%) is not implemented. Time: not measured here.
+augmentation (81.8%) is not implemented. Time: not measured yet.
 """
 
 import ml_collections

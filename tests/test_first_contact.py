@@ -121,7 +121,7 @@ def test_readme_setup_installs_the_packages_as_root(tmp_path):
   config = re.search(r'--config=(\S+)', train[-1])[1]
   assert os.path.isfile(os.path.join(ROOT, config))
   assert train[-1].startswith('python -m recipes.train ')
-  assert test[-1] == 'python -m pytest -q tests'
+  assert test[-1] == 'python -m pytest -q -n 2 tests'
 
 
 def _user_env(**extra):
