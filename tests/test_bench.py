@@ -12,7 +12,7 @@ import pytest
 import zoo
 from recipes import bench
 from recipes.bench import step as bench_step
-from tests.helpers import ROOT, command_env
+from tests.helpers import ROOT, command_env, write_fashion_mnist
 
 FIELDS = ('model', 'strategy', 'dtype', 'batch_size', 'images_per_sec',
           'step_time_median_s', 'step_time_p90_s', 'compile_time_s',
@@ -145,3 +145,22 @@ def test_input_only(tmp_path):
         p['batches_per_sec'] / r['train_step_batches_per_sec'])
   assert r['train_step']['strategy'] == 'jit'
   assert r['train_step_batches_per_sec'] > 0
+
+
+@pytest.mark.slow
+def test_epoch_bench_times_the_recipe_and_the_bare_loop(tmp_path):
+  write_fashion_mnist(str(tmp_path), num_train=256, num_test=16)
+  result = subprocess.run(
+      [sys.executable, '-m', 'recipes.bench.epoch',
+       '--config=configs/fashion_mnist_pmap.py',
+       f'--config.data_dir={tmp_path}', '--config.batch_size=64'],
+      cwd=ROOT, env=command_env(), capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '4 steps per epoch' in result.stdout
+  rows = {line.split('|')[1].strip(): float(line.split('|')[3])
+          for line in result.stdout.splitlines()
+          if line.startswith('| ') and 'images/s' not in line}
+  assert set(rows) == {'bare jax.jit loop, 1 device',
+                       'pmap recipe, 8 device(s)'}
+  assert all(rate > 0 for rate in rows.values())
