@@ -14,32 +14,45 @@ from recipes import train
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
                            tiny_config, write_fashion_mnist)
 
+pytestmark = pytest.mark.slow
+
 TAGS = {'train/loss', 'train/accuracy', 'train/learning_rate',
         'train/steps_per_sec', 'eval/loss', 'eval/accuracy'}
-TWO_PROCESSES = {
-    'sharded_two_processes': ['--config.strategy=sharded',
-                              '--config.mesh.data=2', '--config.mesh.fsdp=2',
-                              '--config.mesh.tensor=2'],
-    'shard_map_two_processes': ['--config.strategy=shard_map'],
-}
 SETTINGS = dict(dataset='fashion_mnist_idx', batch_size=16,
                 num_train_steps=8, log_every_steps=2, eval_every_steps=4,
                 eval_batch_size=32, lr_schedule='warmup_cosine',
                 warmup_epochs=0.25)
+# (processes, strategy flags); one process has all 8 devices, two have 4.
+RUNS = {
+    'sharded': (1, ['--config.strategy=sharded']),  # mesh.data = -1: all 8.
+    'shard_map': (1, ['--config.strategy=shard_map']),
+    'sharded_two_processes': (2, ['--config.strategy=sharded',
+                                  '--config.mesh.data=2',
+                                  '--config.mesh.fsdp=2',
+                                  '--config.mesh.tensor=2']),
+    'shard_map_two_processes': (2, ['--config.strategy=shard_map']),
+}
 
 
-def _two_processes(data_dir: str, workdir: str, *strategy_flags: str):
+def _in_process(data_dir, workdir, strategy: str):
+  config = tiny_config(strategy=strategy, data_dir=data_dir, **SETTINGS)
+  train.run(config, workdir)
+  return read_scalars(workdir)
+
+
+def _two_processes(data_dir: str, workdir: str, strategy_flags):
   """The recipe as 2 processes x 4 devices."""
   flags = [f'--config.{k}={v}' for k, v in SETTINGS.items()]
   result = subprocess.run(
       [LOCAL_LAUNCHER, '--num_processes=2',
        '--devices_per_process=4', '--', sys.executable, '-m', 'recipes.train',
-       '--config=configs/fashion_mnist_sharded.py', f'--workdir={workdir}',
+       '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
        f'--config.data_dir={data_dir}', *flags, *strategy_flags],
       cwd=ROOT, capture_output=True, text=True, timeout=300,
       env=command_env())
   assert result.returncode == 0, result.stdout[-3000:]
   assert result.stdout.count('over 100 examples') == 2  # Logged by [0].
+  return read_scalars(workdir)
 
 
 def _max_rel_diff(a: dict, b: dict) -> float:
@@ -47,29 +60,33 @@ def _max_rel_diff(a: dict, b: dict) -> float:
   return max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
 
 
-@pytest.mark.slow
-def test_every_strategy_matches_pmap_at_every_logged_step(tmp_path):
-  write_fashion_mnist(str(tmp_path), num_train=128, num_test=100)
-  runs = {}
-  # Sharded: mesh.data = -1, all 8 devices.
-  for strategy in ('pmap', 'sharded', 'shard_map'):
-    config = tiny_config(strategy=strategy, data_dir=str(tmp_path),
-                         **SETTINGS)
-    train.run(config, str(tmp_path / strategy))
-    runs[strategy] = read_scalars(str(tmp_path / strategy))
-  for name, flags in TWO_PROCESSES.items():
-    _two_processes(str(tmp_path), str(tmp_path / name), *flags)
-    runs[name] = read_scalars(str(tmp_path / name))
+@pytest.fixture(scope='module')
+def pmap_run(tmp_path_factory):
+  """The data and the scalars of the pmap recipe on it, in this process."""
+  data_dir = str(tmp_path_factory.mktemp('data'))
+  write_fashion_mnist(data_dir, num_train=128, num_test=100)
+  scalars = _in_process(data_dir, str(tmp_path_factory.mktemp('pmap')),
+                        'pmap')
+  assert sorted(scalars['train/loss']) == [2, 4, 6, 8]
+  assert scalars['train/loss'][8] != scalars['train/loss'][2]  # It trained.
+  return data_dir, scalars
 
-  pmap = runs['pmap']
-  assert sorted(pmap['train/loss']) == [2, 4, 6, 8]
-  assert pmap['train/loss'][8] != pmap['train/loss'][2]  # It trained.
-  for name in ('sharded', 'shard_map', *TWO_PROCESSES):
-    assert TAGS <= set(runs[name])
-    for tag in ('train/loss', 'train/accuracy', 'train/learning_rate',
-                'eval/loss'):
-      diff = _max_rel_diff(runs[name][tag], pmap[tag])
-      print(f'{name} vs pmap, {tag}: max relative difference {diff:.1e}')
-      assert diff < 1e-4, (name, tag)
-    # Evaluation counts the same 100 test examples right.
-    assert runs[name]['eval/accuracy'] == pmap['eval/accuracy']
+
+@pytest.mark.parametrize('name', RUNS)
+def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
+                                                          name):
+  data_dir, pmap = pmap_run
+  processes, flags = RUNS[name]
+  if processes == 1:
+    scalars = _in_process(data_dir, str(tmp_path),
+                          flags[0].split('=')[1])
+  else:
+    scalars = _two_processes(data_dir, str(tmp_path), flags)
+  assert TAGS <= set(scalars)
+  for tag in ('train/loss', 'train/accuracy', 'train/learning_rate',
+              'eval/loss'):
+    diff = _max_rel_diff(scalars[tag], pmap[tag])
+    print(f'{name} vs pmap, {tag}: max relative difference {diff:.1e}')
+    assert diff < 1e-4, (name, tag)
+  # Evaluation counts the same 100 test examples right.
+  assert scalars['eval/accuracy'] == pmap['eval/accuracy']
