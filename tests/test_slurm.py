@@ -30,21 +30,33 @@ RECIPE = ('--config.batch_size=16', '--config.eval_batch_size=16',
           '--config.lr_schedule=constant', '--config.log_every_steps=4')
 
 
-def _missing_cluster() -> str | None:
-  """Why the test cluster cannot be used, or None."""
-  if not shutil.which('sbatch'):
-    return 'sbatch is not installed'
+def _node_states() -> tuple[dict[str, str], str]:
+  """{node: compact state} from sinfo, and what it said on stderr."""
   try:
     result = subprocess.run(['sinfo', '-h', '-N', '-o', '%N %t'],
                             capture_output=True, text=True, timeout=20)
   except subprocess.TimeoutExpired:
-    return 'sinfo did not answer in 20 s'
-  states = dict(line.split() for line in result.stdout.splitlines())
+    return {}, 'sinfo did not answer in 20 s'
+  return (dict(line.split() for line in result.stdout.splitlines()),
+          result.stderr.strip())
+
+
+def _missing_cluster(wait_seconds: float = 60) -> str | None:
+  """Why the test cluster cannot be used, or None. A node between two jobs
+  (of another test worker) may pass through other states: wait for it."""
+  if not shutil.which('sbatch'):
+    return 'sbatch is not installed'
   up = ('idle', 'mix', 'alloc', 'comp')  # Free, or running jobs.
-  down = [node for node in NODES if states.get(node) not in up]
-  if result.returncode or down:
-    return f'nodes {", ".join(down)} are not up ({result.stderr.strip()})'
-  return None
+  deadline = time.monotonic() + wait_seconds
+  while True:
+    states, stderr = _node_states()
+    down = [f'{node} ({states.get(node, "missing")})' for node in NODES
+            if states.get(node) not in up]
+    if not down:
+      return None
+    if time.monotonic() > deadline:
+      return f'nodes {", ".join(down)} are not up ({stderr})'
+    time.sleep(1)
 
 
 @pytest.fixture(scope='module', autouse=True)
