@@ -77,3 +77,30 @@ class BatchPlacer:
         yield queue.popleft()
     while queue:
       yield queue.popleft()
+
+
+class GlobalState:
+  """The state as global arrays, as checkpoints hold it (recipes/
+  checkpoints.py): what the sharded and shard_map strategies share.
+  Subclasses set `state_shardings` and `abstract_state` (the shapes with
+  those shardings, a target to restore into)."""
+
+  state_shardings = None
+  abstract_state = None
+
+  to_host = staticmethod(to_host)
+
+  def place_state(self, state):
+    """Places a state that every process holds whole (e.g. in tests)."""
+    # From a host copy: the steps donate their state, the caller keeps theirs.
+    return jax.device_put(jax.device_get(state), self.state_shardings)
+
+  def to_checkpoint(self, state):
+    return state
+
+  def checkpoint_target(self, state):
+    del state  # The shardings are the strategy's, not the state's.
+    return self.abstract_state
+
+  def from_checkpoint(self, restored):
+    return restored

@@ -24,7 +24,7 @@ from recipes.parallel.data_parallel import DataParallel
 AXIS = 'batch'
 
 
-class ShardMapStrategy(DataParallel):
+class ShardMapStrategy(DataParallel, global_arrays.GlobalState):
   """Replicates the state over a ('batch',) mesh and runs the shared steps
   per device under `jax.shard_map`. `devices`: default all of them."""
 
@@ -69,22 +69,3 @@ class ShardMapStrategy(DataParallel):
 
   def create_state(self, rng: jax.Array):
     return self._init(rng, shardings=self.state_shardings)
-
-  def place_state(self, state):
-    """Replicates a state that every process holds whole (e.g. in tests)."""
-    # From a host copy: the steps donate their state, the caller keeps theirs.
-    return jax.device_put(jax.device_get(state), self.state_shardings)
-
-  to_host = staticmethod(global_arrays.to_host)
-
-  # The state is already a tree of global arrays, as checkpoints hold it.
-
-  def to_checkpoint(self, state):
-    return state
-
-  def checkpoint_target(self, state):
-    del state  # Every leaf is replicated over the mesh.
-    return self.abstract_state
-
-  def from_checkpoint(self, restored):
-    return restored

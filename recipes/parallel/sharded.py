@@ -31,7 +31,7 @@ from recipes.parallel import mesh as meshes
 from recipes.parallel.partition_rules import BATCH_AXES
 
 
-class ShardedStrategy:
+class ShardedStrategy(global_arrays.GlobalState):
   """Places state and batches on a mesh and runs the shared steps under jit.
 
   Made for one model and optimizer: the state's shardings follow from the
@@ -132,24 +132,6 @@ class ShardedStrategy:
     with self._scope():
       return self._init(rng, shardings=self.state_shardings)
 
-  def place_state(self, state: train_state.TrainState):
-    """Splits a state that every process holds whole (e.g. in tests)."""
-    # From a host copy: the steps donate their state, the caller keeps theirs.
-    return jax.device_put(jax.device_get(state), self.state_shardings)
-
-  # Checkpoints keep the state's global arrays as they are (see
-  # recipes/checkpoints.py); they restore into this strategy's shardings.
-
-  def to_checkpoint(self, state):
-    return state
-
-  def checkpoint_target(self, state):
-    del state  # The shardings come from the mesh and rules, not the state.
-    return self.abstract_state
-
-  def from_checkpoint(self, restored):
-    return restored
-
   def train_step(self, state, batch):
     with self._scope():
       return self._train_step(state, batch)
@@ -158,4 +140,3 @@ class ShardedStrategy:
     with self._scope():
       return self._eval_step(state, batch)
 
-  to_host = staticmethod(global_arrays.to_host)
