@@ -10,7 +10,11 @@ Attention is `jax.nn.dot_product_attention`. `attention_impl` picks its
 implementation: 'xla' (XLA's einsums and softmax), 'cudnn' (cuDNN's fused
 flash-attention kernel; GPU only, bfloat16/float16, an error where cuDNN
 refuses the shapes) or 'auto', the default: cuDNN where it takes the shapes
-and dtype, XLA everywhere else (CPU, TPU, float32). No dropout.
+and dtype, XLA everywhere else (CPU, TPU, float32).
+
+The defaults are the original ViT without dropout; the other options (see
+`ViT`) give big_vision's variant (`pool='gap'`, `posemb='sincos2d'`) or the
+DeiT/timm recipe (`drop_path_rate`, `gelu='exact'`).
 """
 
 import functools
@@ -95,13 +99,18 @@ def _xavier(in_axis, out_axis):
 
 
 class EncoderBlock(nn.Module):
-  """x + attention(norm(x)), then x + mlp(norm(x))."""
+  """x + attention(norm(x)), then x + mlp(norm(x)); each branch passes
+  through dropout, then drop path, unless `deterministic`."""
 
   num_heads: int
   mlp_dim: int
   attention_impl: str | None
   dtype: Any
   param_dtype: Any
+  dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
+  approximate_gelu: bool = True
+  deterministic: bool = True
 
   @nn.compact
   def __call__(self, x):
@@ -109,13 +118,21 @@ class EncoderBlock(nn.Module):
     dense = functools.partial(layers.dense,
                               kernel_init=initializers.xavier_uniform(),
                               **layer)
-    y = Attention(self.num_heads, self.attention_impl,
-                  **layer)(layers.layer_norm(**layer)(x))
-    x = nn.with_logical_constraint(x + y, TOKENS)
+
+    def dropout(y):
+      return nn.Dropout(self.dropout_rate)(y, self.deterministic)
+
+    def add(x, branch):
+      branch = layers.drop_path(dropout(branch), self.drop_path_rate,
+                                self.deterministic)
+      return nn.with_logical_constraint(x + branch, TOKENS)
+
+    x = add(x, Attention(self.num_heads, self.attention_impl,
+                         **layer)(layers.layer_norm(**layer)(x)))
     y = dense(self.mlp_dim, ('embed', 'mlp'))(layers.layer_norm(**layer)(x))
-    y = nn.with_logical_constraint(nn.gelu(y), ('batch', 'seq', 'mlp'))
-    y = dense(x.shape[-1], ('mlp', 'embed'))(y)
-    return nn.with_logical_constraint(x + y, TOKENS)
+    y = nn.gelu(y, approximate=self.approximate_gelu)
+    y = dropout(nn.with_logical_constraint(y, ('batch', 'seq', 'mlp')))
+    return add(x, dense(x.shape[-1], ('mlp', 'embed'))(y))
 
 
 def _square_rgb(kwargs):
@@ -139,11 +156,33 @@ _VIT = dict(family='transformer', input_shape=_square_rgb,
 @register('vit_l16', hidden_size=1024, num_layers=24, num_heads=16,
           mlp_dim=4096, reference_params=304_326_632, **_VIT)
 class ViT(nn.Module):
-  """Classifies from the class token after the final layer norm.
+  """Classifies the class token, or the mean of the tokens, after a last norm.
 
-  Inputs must be `image_size` square (the position embeddings are learned for
-  that many patches). `train` changes nothing (no dropout, no batch norm).
+  Inputs must be `image_size` square (the position embeddings are made for
+  that many patches). `train=True` turns dropout and drop path on; they draw
+  from the 'dropout' rng collection (`apply(..., rngs={'dropout': key})`).
   Logits come out in the computation `dtype`; the recipes upcast them.
+
+  Training-recipe options (the defaults are the original ViT):
+    dropout_rate: dropout after the position embeddings are added, on the
+      attention output and in the MLP after the activation and after the
+      second dense layer (ViT paper, big_vision).
+    drop_path_rate: stochastic depth on each residual branch, per example,
+      rising linearly from 0 at the first block to this at the last (DeiT,
+      timm).
+    pool: 'token', a learned class token 'cls' is classified; 'gap', no class
+      token, the mean of the patch tokens after the final layer norm
+      (big_vision's pool_type='gap').
+    posemb: 'learn', a learned 'pos_embedding' added after the class token is
+      prepended; 'sincos2d', big_vision's fixed 2-D sin-cos embedding
+      (`posemb_sincos_2d`), no parameter, added to the patches before the
+      class token is prepended.
+    pre_logits: 0, none; else a dense layer 'pre_logits' of this width and a
+      tanh before the head (big_vision's rep_size).
+    gelu: 'tanh', the tanh approximation (Flax's default); 'exact', the erf
+      GELU of PyTorch and timm.
+    remat: recompute each encoder block in the backward pass instead of
+      storing its activations (`nn.remat`); same parameter names.
   """
 
   num_classes: int
@@ -154,12 +193,34 @@ class ViT(nn.Module):
   patch_size: int = 16
   image_size: int = 224
   attention_impl: str | None = 'auto'
+  dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
+  pool: str = 'token'
+  posemb: str = 'learn'
+  pre_logits: int = 0
+  gelu: str = 'tanh'
+  remat: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
+  def __post_init__(self):
+    # Checked on creation, so a bad option is one ValueError from zoo.create.
+    layers.check_rate('dropout_rate', self.dropout_rate)
+    layers.check_rate('drop_path_rate', self.drop_path_rate)
+    layers.check_choice('pool', self.pool, ('token', 'gap'))
+    layers.check_choice('posemb', self.posemb, ('learn', 'sincos2d'))
+    layers.check_choice('gelu', self.gelu, ('tanh', 'exact'))
+    if self.posemb == 'sincos2d' and (self.hidden_size % 4 or
+                                      self.hidden_size < 8):
+      raise ValueError("posemb='sincos2d' needs a hidden_size that is a "
+                       f'multiple of 4 and at least 8, got {self.hidden_size}.')
+    if self.pre_logits < 0:
+      raise ValueError(f'pre_logits must be 0 (none) or a width, got '
+                       f'{self.pre_logits}.')
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, x, train: bool = False):
-    del train
     if x.shape[1:3] != (self.image_size, self.image_size):
       raise ValueError(f'ViT built for {self.image_size}x{self.image_size} '
                        f'images got input of shape {x.shape}')
@@ -168,21 +229,52 @@ class ViT(nn.Module):
     x = layers.conv(self.hidden_size, (p, p), ('conv_in', 'embed'),
                     strides=p, padding='VALID', name='embedding',
                     **layer)(x.astype(self.dtype))
-    x = x.reshape((x.shape[0], -1, self.hidden_size))
-    cls = self.param('cls', named(initializers.zeros_init(),
-                                  (None, None, 'embed')),
-                     (1, 1, self.hidden_size), self.param_dtype)
-    cls = jnp.broadcast_to(cls, (x.shape[0], 1, self.hidden_size))
-    x = jnp.concatenate([cls.astype(self.dtype), x], axis=1)
-    pos = self.param('pos_embedding',
-                     named(initializers.normal(0.02), (None, 'seq', 'embed')),
-                     (1, x.shape[1], self.hidden_size), self.param_dtype)
-    x = nn.with_logical_constraint(x + pos.astype(self.dtype), TOKENS)
-    for i in range(self.num_layers):
-      x = EncoderBlock(self.num_heads, self.mlp_dim, self.attention_impl,
-                       name=f'block{i}', **layer)(x)
-    x = layers.layer_norm(name='final_norm', **layer)(x[:, 0])
+    n, h, w, _ = x.shape
+    x = x.reshape((n, h * w, self.hidden_size))
+    if self.posemb == 'sincos2d':
+      x = x + posemb_sincos_2d(h, w, self.hidden_size).astype(self.dtype)
+    if self.pool == 'token':
+      cls = self.param('cls', named(initializers.zeros_init(),
+                                    (None, None, 'embed')),
+                       (1, 1, self.hidden_size), self.param_dtype)
+      cls = jnp.broadcast_to(cls, (n, 1, self.hidden_size))
+      x = jnp.concatenate([cls.astype(self.dtype), x], axis=1)
+    if self.posemb == 'learn':
+      pos = self.param('pos_embedding',
+                       named(initializers.normal(0.02),
+                             (None, 'seq', 'embed')),
+                       (1, x.shape[1], self.hidden_size), self.param_dtype)
+      x = x + pos.astype(self.dtype)
+    x = nn.with_logical_constraint(x, TOKENS)
+    x = nn.Dropout(self.dropout_rate)(x, not train)
+    block_cls = nn.remat(EncoderBlock) if self.remat else EncoderBlock
+    rates = layers.linear_rates(self.drop_path_rate, self.num_layers)
+    for i, rate in enumerate(rates):
+      x = block_cls(self.num_heads, self.mlp_dim, self.attention_impl,
+                    dropout_rate=self.dropout_rate, drop_path_rate=rate,
+                    approximate_gelu=self.gelu == 'tanh',
+                    deterministic=not train, name=f'block{i}', **layer)(x)
+    norm = layers.layer_norm(name='final_norm', **layer)
+    # Layer norm works token by token: normalizing the class token alone is
+    # the same as normalizing every token first, as big_vision does.
+    x = norm(x[:, 0]) if self.pool == 'token' else norm(x).mean(axis=1)
+    if self.pre_logits:
+      x = jnp.tanh(layers.dense(self.pre_logits, ('embed', 'mlp'),
+                                name='pre_logits', **layer)(x))
     # A zero head, as in big_vision: training starts from uniform logits.
-    return layers.dense(self.num_classes, ('embed', 'classes'),
+    return layers.dense(self.num_classes,
+                        ('mlp' if self.pre_logits else 'embed', 'classes'),
                         kernel_init=initializers.zeros_init(),
                         name='head', **layer)(x)
+
+
+def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 1e4):
+  """big_vision's fixed position embedding of an h x w grid of patches,
+  (1, h * w, width), float32: [sin(x w_k), cos(x w_k), sin(y w_k), cos(y w_k)]
+  with w_k = temperature**(-k / (width/4 - 1)), k < width/4 (MoCo v3)."""
+  y, x = jnp.mgrid[:h, :w]
+  omega = 1.0 / temperature**(jnp.arange(width // 4) / (width // 4 - 1))
+  y = jnp.einsum('m,d->md', y.flatten(), omega)
+  x = jnp.einsum('m,d->md', x.flatten(), omega)
+  pe = jnp.concatenate([jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)
+  return pe[None].astype(jnp.float32)
