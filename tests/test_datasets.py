@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes.data import datasets, idx, in_memory, streaming, tfds_source
+from recipes.data import (datasets, idx, in_memory, preprocess, streaming,
+                          tfds_source)
 from recipes.data.dataset import Dataset
 from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
 from recipes.errors import UserError
@@ -99,3 +101,47 @@ def test_unknown_names_suggest_close_ones():
   with pytest.raises(UserError, match="unknown dataset 'fashon_mnist'; did "
                      "you mean 'fashion_mnist'"):
     datasets.load('fashon_mnist', None)
+
+
+def test_minus_one_to_one_keeps_grey_images_grey(tmp_path):
+  prep = Preprocessing(normalize='minus_one_to_one')
+  image = np.zeros((28, 28, 1), np.uint8)
+  image[:14] = 255
+  out = prep.eval(tf.constant(image)).numpy()
+  assert out.shape == (28, 28, 1) and out.dtype == np.float32
+  assert (out.min(), out.max()) == (-1.0, 1.0)
+  assert set(out.ravel()) == {-1.0, 1.0}
+  write_fashion_mnist(str(tmp_path), num_train=16, num_test=4)
+  data = datasets.load('fashion_mnist_idx', str(tmp_path), 'train', 'test',
+                       Preprocessing('cifar', 'minus_one_to_one'))
+  batch = next(data.train_batches(batch_size=8, seed=0, start_step=0,
+                                  num_steps=1))
+  assert batch['image'].shape == (8, 28, 28, 1)
+  assert -1 <= batch['image'].min() and batch['image'].max() <= 1
+  evals = next(data.eval_batches(batch_size=4))
+  assert evals['image'].shape == (4, 28, 28, 1)
+
+
+def test_minus_one_to_one_on_colour_images(mock_tfds):
+  data = datasets.load('cifar10', None, preprocessing=Preprocessing(
+      normalize='minus_one_to_one'))
+  batch = next(data.eval_batches(batch_size=8))
+  assert batch['image'].shape == (8, 32, 32, 3)
+  images = data.eval['image'][:8]
+  np.testing.assert_allclose(batch['image'], images / 127.5 - 1, atol=1e-6)
+
+
+@pytest.mark.parametrize('normalize', ['cifar10', 'imagenet'])
+def test_colour_statistics_on_grey_images_are_one_line(tmp_path, mock_tfds,
+                                                       normalize):
+  prep = Preprocessing(normalize=normalize)
+  with pytest.raises(UserError) as error:
+    preprocess.normalize(tf.zeros([2, 28, 28, 1]), normalize)
+  assert str(error.value).startswith(
+      f'normalize={normalize!r} has statistics for 3 channels but the images '
+      "have 1; use 'minus_one_to_one' or \"\" instead")
+  write_fashion_mnist(str(tmp_path), num_train=8, num_test=4)
+  for name in ('fashion_mnist_idx', 'mnist'):  # IDX, TFDS: both grey.
+    with pytest.raises(UserError, match='has statistics for 3 channels') as e:
+      datasets.load(name, str(tmp_path), preprocessing=prep)
+    assert '\n' not in str(e.value)

@@ -15,7 +15,9 @@ Batch = dict[str, np.ndarray]
 
 @runtime_checkable
 class Dataset(Protocol):
-  """Both splits of one dataset, batched for this process."""
+  """A training split and one or more evaluation splits of one dataset,
+  batched for this process. Splits are TFDS split strings ('test',
+  'train[99%:]'); the first evaluation split is the main one."""
 
   @property
   def num_classes(self) -> int:
@@ -27,6 +29,12 @@ class Dataset(Protocol):
 
   @property
   def num_eval(self) -> int:
+    """Examples in the first evaluation split."""
+    ...
+
+  @property
+  def eval_sizes(self) -> dict[str, int]:
+    """Examples in each evaluation split, in the order given."""
     ...
 
   @property
@@ -40,6 +48,8 @@ class Dataset(Protocol):
     num_steps); `batch_size` is global."""
     ...
 
-  def eval_batches(self, *, batch_size: int) -> Iterator[Batch]:
-    """One pass over the evaluation split, padded to whole batches."""
+  def eval_batches(self, *, batch_size: int, split: str | None = None
+                   ) -> Iterator[Batch]:
+    """One pass over evaluation split `split` (None: the first), padded to
+    whole batches."""
     ...

@@ -12,10 +12,14 @@ Three sources give the same TFDS-style examples (`image`, `label`):
 The name picks the source: the IDX names, the names in STREAMED, then every
 other TFDS name in memory. `data_source` ('memory' or 'stream') overrides that
 for a TFDS name; the preprocessing never does.
+
+Splits are TFDS split strings for every source ('train[:99%]', 'test[:1000]',
+'train+test'); one dataset gives one training split and one or more
+evaluation splits, the first the main one.
 """
 
 import difflib
-from typing import Callable
+from typing import Callable, Sequence
 
 import tensorflow_datasets as tfds
 
@@ -52,11 +56,16 @@ def source_for(name: str, data_source: str = 'auto') -> str:
 
 
 def load(name: str, data_dir: str | None, train_split: str = 'train',
-         eval_split: str = 'test',
+         eval_splits: str | Sequence[str] = 'test',
          preprocessing: Preprocessing = Preprocessing(),
          data_source: str = 'auto') -> Dataset:
-  """The dataset `name`, prepared (downloaded if needed) and ready to batch."""
+  """The dataset `name`, prepared (downloaded if needed) and ready to batch.
+
+  `eval_splits`: one split string or several (repeats are read once); the
+  first is the main one (`num_eval`, `eval_batches()` without a split).
+  """
   source = source_for(name, data_source)
+  eval_splits = _split_list(eval_splits)
   if preprocessing.takes_jpeg and source != 'stream':
     jpeg = ', '.join(repr(a) for a, p in AUGMENTATIONS.items()
                      if p.takes_jpeg)
@@ -65,34 +74,50 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
         f'a streamed dataset keeps, but {name!r} is read into memory; use '
         f'an augment other than {jpeg}, or --config.data_source=stream for '
         'a TFDS dataset of JPEGs.')
-  return READERS[source](name, data_dir, train_split, eval_split,
+  data = READERS[source](name, data_dir, train_split, eval_splits,
                          preprocessing)
+  sizes = {train_split: data.num_train, **data.eval_sizes}
+  for split, size in sizes.items():
+    if not size:
+      raise UserError(f'split {split!r} of dataset {name!r} has no examples.')
+  return data
 
 
-def _read_idx(name, data_dir, train_split, eval_split, preprocessing):
-  return InMemoryDataset(train=idx.load_split(data_dir, train_split),
-                         eval=idx.load_split(data_dir, eval_split),
+def _split_list(eval_splits: str | Sequence[str]) -> tuple[str, ...]:
+  splits = ((eval_splits,) if isinstance(eval_splits, str)
+            else tuple(eval_splits))
+  if not splits or not all(isinstance(s, str) and s for s in splits):
+    raise UserError(f'eval splits {eval_splits!r} must be one or more '
+                    'non-empty split strings.')
+  return tuple(dict.fromkeys(splits))  # In order, without repeats.
+
+
+def _read_idx(name, data_dir, train_split, eval_splits, preprocessing):
+  train, *evals = idx.load_splits(data_dir, [train_split, *eval_splits])
+  preprocessing.check_channels(train['image'].shape[1:])
+  return InMemoryDataset(train=train, evals=dict(zip(eval_splits, evals)),
                          num_classes=OFFLINE_DATASETS[name],
                          preprocessing=preprocessing)
 
 
-def _read_tfds_into_memory(name, data_dir, train_split, eval_split,
+def _read_tfds_into_memory(name, data_dir, train_split, eval_splits,
                            preprocessing):
   builder = _builder(name, data_dir, preprocessing)
-  return InMemoryDataset(train=tfds_source.read_split(builder, train_split),
-                         eval=tfds_source.read_split(builder, eval_split),
-                         num_classes=tfds_source.num_classes(builder),
-                         preprocessing=preprocessing)
+  return InMemoryDataset(
+      train=tfds_source.read_split(builder, train_split),
+      evals={s: tfds_source.read_split(builder, s) for s in eval_splits},
+      num_classes=tfds_source.num_classes(builder),
+      preprocessing=preprocessing)
 
 
-def _stream_tfds(name, data_dir, train_split, eval_split, preprocessing):
+def _stream_tfds(name, data_dir, train_split, eval_splits, preprocessing):
   builder = _builder(name, data_dir, preprocessing)
-  return streaming.StreamingDataset(builder, train_split, eval_split,
+  return streaming.StreamingDataset(builder, train_split, eval_splits,
                                     tfds_source.num_classes(builder),
                                     preprocessing)
 
 
-# (name, data_dir, train_split, eval_split, preprocessing) -> Dataset
+# (name, data_dir, train_split, eval_splits, preprocessing) -> Dataset
 READERS: dict[str, Callable[..., Dataset]] = {
     'idx': _read_idx,
     'memory': _read_tfds_into_memory,
@@ -111,8 +136,9 @@ def _builder(name: str, data_dir: str | None, preprocessing: Preprocessing):
             else 'see tfds.list_builders() for TFDS names, or use '
             f'{", ".join(OFFLINE_DATASETS)} for offline data.')
     raise UserError(f'unknown dataset {name!r}; {hint}') from None
-  if None in preprocessing.image_shape(tfds_source.stored_image_shape(
-      builder)):
+  stored = tfds_source.stored_image_shape(builder)
+  preprocessing.check_channels(stored)
+  if None in preprocessing.image_shape(stored):
     raise UserError(
         f'dataset {name!r} has images of varying sizes, which '
         f'augment={preprocessing.augment!r} keeps, so they cannot be '

@@ -4,12 +4,18 @@ Debian's `dataset-fashion-mnist` package installs Fashion-MNIST this way. TFDS's
 own builder rejects these files (their gzip bytes differ from the registered
 checksums), so they are read here and handed to the same pipeline as TFDS data,
 with the same features: `image` uint8 [N, H, W, 1] and `label` int64 [N].
+Splits take TFDS's syntax ('train[:99%]', 'test[:1000]', 'train+test'),
+resolved by TFDS's own ReadInstruction, so a slice selects the same examples
+here as in TFDS.
 """
 
 import gzip
 import os
+import types
+from typing import Sequence
 
 import numpy as np
+import tensorflow_datasets as tfds
 
 from recipes import storage
 from recipes.errors import UserError
@@ -44,11 +50,60 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
 
 
 def load_split(data_dir: str | None, split: str) -> dict[str, np.ndarray]:
-  """Loads `split` ('train' or 'test') of an MNIST-style IDX dataset."""
+  """Loads `split` ('train', 'test', or a TFDS slice of them)."""
+  return load_splits(data_dir, [split])[0]
+
+
+def load_splits(data_dir: str | None, splits: Sequence[str]
+                ) -> list[dict[str, np.ndarray]]:
+  """Loads each of `splits` (TFDS syntax over 'train' and 'test'), reading
+  each file once."""
+  instructions = [_instruction(split) for split in splits]
+  # The files the splits read, found by resolving them against huge splits.
+  any_size = dict.fromkeys(_SPLIT_PREFIX, 2**40)
+  files = {}
+  for split, instruction in zip(splits, instructions):
+    for part in _absolute(split, instruction, any_size):
+      name = str(part.splitname)
+      if name not in files:
+        files[name] = _load_files(data_dir, name)
+  sizes = {name: len(arrays['label']) for name, arrays in files.items()}
+  loaded = []
+  for split, instruction in zip(splits, instructions):
+    parts = _absolute(split, instruction, sizes)
+    loaded.append({
+        k: np.concatenate([files[str(p.splitname)][k][p.from_:p.to]
+                           for p in parts]) for k in ('image', 'label')})
+  return loaded
+
+
+def _instruction(split: str):
+  try:
+    return tfds.core.ReadInstruction.from_spec(split)
+  except (ValueError, NotImplementedError) as e:
+    raise _bad_split(split, e) from None
+
+
+def _absolute(split: str, instruction, sizes: dict[str, int]):
+  """The (split name, from, to) parts `instruction` reads from splits of
+  these sizes."""
+  infos = {name: types.SimpleNamespace(num_examples=n, shard_lengths=[n])
+           for name, n in sizes.items()}
+  try:
+    return instruction.to_absolute(infos)
+  except (ValueError, NotImplementedError) as e:
+    raise _bad_split(split, e) from None
+
+
+def _bad_split(split: str, error: Exception) -> UserError:
+  return UserError(f'bad split {split!r} for an IDX dataset (splits '
+                   f'{", ".join(_SPLIT_PREFIX)}): '
+                   f'{" ".join(str(error).split())}')
+
+
+def _load_files(data_dir: str | None, split: str) -> dict[str, np.ndarray]:
+  """The whole split 'train' or 'test'."""
   data_dir = data_dir or FASHION_MNIST_DIR
-  if split not in _SPLIT_PREFIX:
-    raise UserError(f'IDX datasets have splits {sorted(_SPLIT_PREFIX)}, '
-                    f'not {split!r}.')
   prefix = _SPLIT_PREFIX[split]
   paths = [storage.path(data_dir) / f'{prefix}-{kind}-idx{n}-ubyte.gz'
            for kind, n in (('images', 3), ('labels', 1))]

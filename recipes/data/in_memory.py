@@ -15,7 +15,7 @@ exactly once: the last batch is padded and the padding has `mask` False.
 Batches come out as numpy dicts with a leading local-batch axis: `image`
 float32 (see recipes/data/preprocess.py), `label` int32, and `mask` bool for
 evaluation. Placing them on devices is the strategy's job. InMemoryDataset
-offers both splits of a dataset this way (recipes/data/dataset.py).
+offers the splits of a dataset this way (recipes/data/dataset.py).
 """
 
 import dataclasses
@@ -79,8 +79,7 @@ def train_batches(split: Batch, *, batch_size: int, seed: int,
     if preprocessing.is_random:
       positions = step * batch_size + tf.range(start, stop, dtype=tf.int64)
       seeds = tf.stack([tf.fill([stop - start], seed), positions], axis=1)
-      image = tf.map_fn(lambda x: preprocessing.train(x[0], x[1]),
-                        (image, seeds), fn_output_signature=tf.float32)
+      image = preprocessing.train_batch(image, seeds)
     else:
       image = preprocessing.eval(image)  # Deterministic: the whole batch.
     return {'image': image, 'label': tf.cast(tf.gather(labels, indices),
@@ -119,17 +118,23 @@ def eval_batches(split: Batch, *, batch_size: int,
 
 @dataclasses.dataclass(frozen=True)
 class InMemoryDataset:
-  """Both splits as numpy arrays: `image` uint8 [N, H, W, C], `label` [N]."""
+  """The splits as numpy arrays: `image` uint8 [N, H, W, C], `label` [N];
+  `evals` maps each evaluation split string to its arrays, the main one
+  first."""
 
   train: Batch
-  eval: Batch
+  evals: dict[str, Batch]
   num_classes: int
   preprocessing: Preprocessing = Preprocessing()
 
   def __post_init__(self):
+    if not self.evals:
+      raise ValueError('InMemoryDataset needs at least one evaluation split.')
     # A label outside the classes gives a NaN loss, which looks like a bad
     # learning rate: say what it is instead.
-    for split, arrays in (('training', self.train), ('evaluation', self.eval)):
+    splits = [('training', self.train)] + [
+        (f'evaluation {name!r}', arrays) for name, arrays in self.evals.items()]
+    for split, arrays in splits:
       labels = arrays['label']
       if len(labels) and not 0 <= labels.min() <= labels.max() < (
           self.num_classes):
@@ -138,6 +143,11 @@ class InMemoryDataset:
             f'{labels.max()}, but the dataset has {self.num_classes} classes '
             f'(labels 0 to {self.num_classes - 1}); check its label files or '
             '--config.data_dir.')
+
+  @property
+  def eval(self) -> Batch:
+    """The first evaluation split."""
+    return next(iter(self.evals.values()))
 
   @property
   def image_shape(self) -> tuple[int, ...]:
@@ -151,12 +161,28 @@ class InMemoryDataset:
   def num_eval(self) -> int:
     return len(self.eval['label'])
 
+  @property
+  def eval_sizes(self) -> dict[str, int]:
+    return {name: len(arrays['label']) for name, arrays in self.evals.items()}
+
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
                     num_steps: int) -> Iterator[Batch]:
     return train_batches(self.train, batch_size=batch_size, seed=seed,
                          start_step=start_step, num_steps=num_steps,
                          preprocessing=self.preprocessing)
 
-  def eval_batches(self, *, batch_size: int) -> Iterator[Batch]:
-    return eval_batches(self.eval, batch_size=batch_size,
+  def eval_batches(self, *, batch_size: int, split: str | None = None
+                   ) -> Iterator[Batch]:
+    return eval_batches(self.evals[eval_split(self.evals, split)],
+                        batch_size=batch_size,
                         preprocessing=self.preprocessing)
+
+
+def eval_split(splits, split: str | None) -> str:
+  """`split`, or the first of `splits` for None; one of `splits`."""
+  if split is None:
+    return next(iter(splits))
+  if split not in splits:
+    raise ValueError(f'no evaluation split {split!r} was loaded; the '
+                     f'dataset has {", ".join(map(repr, splits))}.')
+  return split

@@ -9,8 +9,14 @@ Augmentations (`config.augment`), in AUGMENTATIONS:
   straight from the JPEG, resized to `image_size`, randomly flipped;
   evaluation resizes and takes the central crop (image_size / (image_size +
   32) of the shorter side).
+RandAugment (`config.randaugment_layers`, `config.randaugment_magnitude`;
+recipes/data/randaugment.py) follows the augmentation on training images, on
+pixel values before scaling; with layers > 0 training is random even for
+'none'.
 Normalizations (`config.normalize`), in MEAN_STD: a per-channel mean to
-subtract and std to divide by, after the augmentation.
+subtract and std to divide by, after scaling to [0, 1]; one value serves
+every channel ('minus_one_to_one': [-1, 1], big_vision's value_range(-1, 1)),
+otherwise the image needs as many channels as there are values.
 
 Where the images come from is the dataset's business (recipes/data/
 datasets.py); a preset only says whether it takes decoded or JPEG images.
@@ -23,40 +29,65 @@ from typing import Callable
 
 import tensorflow as tf
 
+from recipes.data import randaugment
 from recipes.errors import UserError
 
 MEAN_STD = {
     'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     'imagenet': ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    'minus_one_to_one': ((0.5,), (0.5,)),  # 2x - 1, for any channel count.
 }
 _EVAL_CROP_PADDING = 32
 
 
 def scale(image, image_size=None):
-  """uint8 to [0, 1], for one image or a batch; keeps the size."""
+  """Pixel values (uint8, or float in [0, 255]) to [0, 1], for one image or a
+  batch; keeps the size."""
   del image_size
   return tf.cast(image, tf.float32) / 255.0
+
+
+def check_channels(name: str, channels: int | None):
+  """UserError unless normalization `name` fits images of `channels`."""
+  if not name or channels is None:
+    return
+  mean, _ = MEAN_STD[name]
+  if len(mean) != 1 and len(mean) != channels:
+    fits = ', '.join(repr(n) for n, (m, _) in MEAN_STD.items()
+                     if len(m) in (1, channels))
+    raise UserError(
+        f'normalize={name!r} has statistics for {len(mean)} channels but '
+        f'the images have {channels}; use {fits or "none"} or "" instead.')
 
 
 def normalize(image, name: str):
   if not name:
     return image
+  check_channels(name, image.shape[-1])
   mean, std = MEAN_STD[name]
   return (image - tf.constant(mean)) / tf.constant(std)
 
 
-def cifar_train(image, seed, image_size=None):
-  """Pad 4, random crop to the original size, random horizontal flip."""
+def cifar_crop_flip(image, seed, image_size=None):
+  """Pad 4, random crop to the original size, random horizontal flip; keeps
+  the pixel values and dtype."""
   del image_size
   shape = tf.shape(image)
   padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
   seeds = tf.random.experimental.stateless_split(seed, 2)
-  image = tf.image.stateless_random_crop(padded, shape, seed=seeds[0])
-  return scale(tf.image.stateless_random_flip_left_right(image, seeds[1]))
+  cropped = tf.image.stateless_random_crop(padded, shape, seed=seeds[0])
+  cropped = tf.ensure_shape(cropped, image.shape)  # Static, for RandAugment.
+  return tf.image.stateless_random_flip_left_right(cropped, seeds[1])
 
 
-def imagenet_train(jpeg, seed, image_size: int):
-  """Random-resized crop decoded from the JPEG, resize, random flip."""
+def cifar_train(image, seed, image_size=None):
+  """The CIFAR augmentation, scaled to [0, 1]."""
+  return scale(cifar_crop_flip(image, seed, image_size))
+
+
+def imagenet_crop_flip(jpeg, seed, image_size: int):
+  """Random-resized crop decoded from the JPEG, resize, random flip; float32
+  pixel values in [0, 255]."""
   seeds = tf.random.experimental.stateless_split(seed, 2)
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
       tf.io.extract_jpeg_shape(jpeg),
@@ -67,7 +98,7 @@ def imagenet_train(jpeg, seed, image_size: int):
   window = tf.stack([begin[0], begin[1], size[0], size[1]])
   image = tf.io.decode_and_crop_jpeg(jpeg, window, channels=3)
   image = tf.image.resize(image, [image_size, image_size], 'bicubic')
-  image = tf.clip_by_value(image, 0, 255) / 255.0
+  image = tf.clip_by_value(image, 0, 255)
   return tf.image.stateless_random_flip_left_right(image, seeds[1])
 
 
@@ -87,8 +118,9 @@ def imagenet_eval(jpeg, image_size: int):
 class Augmentation:
   """One preset: how stored images become float32 model inputs."""
 
-  # (image, seed, image_size) -> image; None: training images get `eval`,
-  # which is deterministic and so can run on whole batches.
+  # (image, seed, image_size) -> pixel values in [0, 255] (the stored dtype,
+  # or float32 after a resize); None: the stored image, and training images
+  # get `eval` (on whole batches) unless RandAugment makes them random.
   train: Callable | None
   # (image, image_size) -> image; also on a batch unless takes_jpeg.
   eval: Callable
@@ -99,19 +131,35 @@ class Augmentation:
 
 AUGMENTATIONS = {
     'none': Augmentation(train=None, eval=scale),
-    'cifar': Augmentation(train=cifar_train, eval=scale),
-    'imagenet': Augmentation(train=imagenet_train, eval=imagenet_eval,
+    'cifar': Augmentation(train=cifar_crop_flip, eval=scale),
+    'imagenet': Augmentation(train=imagenet_crop_flip, eval=imagenet_eval,
                              takes_jpeg=True),
 }
 
 
-def check(augment: str, normalize: str):
+def check(augment: str, normalize: str, randaugment_layers: int = 0,
+          randaugment_magnitude: float = randaugment.MAX_LEVEL):
   if augment not in AUGMENTATIONS:
     raise UserError(f'unknown augment {augment!r}; choose one of '
                     f'{", ".join(AUGMENTATIONS)}.')
   if normalize and normalize not in MEAN_STD:
     raise UserError(f'unknown normalize {normalize!r}; choose one of '
                     f'{", ".join(MEAN_STD)} or "" for none.')
+  if (isinstance(randaugment_layers, bool)
+      or not isinstance(randaugment_layers, int) or randaugment_layers < 0):
+    raise UserError(f'randaugment_layers={randaugment_layers!r} must be a '
+                    'whole number >= 0 (0 = no RandAugment).')
+  if (isinstance(randaugment_magnitude, bool)
+      or not isinstance(randaugment_magnitude, (int, float))
+      or not 0 <= randaugment_magnitude <= randaugment.MAX_LEVEL):
+    raise UserError(f'randaugment_magnitude={randaugment_magnitude!r} must '
+                    f'be a number from 0 to {randaugment.MAX_LEVEL}.')
+
+
+def _to_uint8(image):
+  if image.dtype == tf.uint8:
+    return image
+  return tf.cast(tf.round(tf.clip_by_value(image, 0, 255)), tf.uint8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +169,12 @@ class Preprocessing:
   augment: str = 'none'
   normalize: str = ''
   image_size: int = 0  # Output side for presets that take JPEGs.
+  randaugment_layers: int = 0  # 0: no RandAugment.
+  randaugment_magnitude: int = randaugment.MAX_LEVEL  # 0-10.
 
   def __post_init__(self):
-    check(self.augment, self.normalize)
+    check(self.augment, self.normalize, self.randaugment_layers,
+          self.randaugment_magnitude)
 
   @property
   def augmentation(self) -> Augmentation:
@@ -131,7 +182,7 @@ class Preprocessing:
 
   @property
   def is_random(self) -> bool:
-    return self.augmentation.train is not None
+    return self.augmentation.train is not None or self.randaugment_layers > 0
 
   @property
   def takes_jpeg(self) -> bool:
@@ -145,12 +196,53 @@ class Preprocessing:
       return (self.image_size, self.image_size, 3)
     return tuple(stored)
 
+  def check_channels(self, stored: tuple[int | None, ...]):
+    """UserError unless the normalization fits images stored as `stored`."""
+    check_channels(self.normalize, self.image_shape(stored)[-1])
+
+  def augment_example(self, image, seed) -> dict:
+    """The per-example random part of training (when is_random): `pixels`
+    in [0, 255] and, with RandAugment, its `draws`; `finish` does the rest
+    on whole batches."""
+    if self.augmentation.train is not None:
+      image = self.augmentation.train(image, seed, self.image_size)
+    out = {'pixels': image}
+    if self.randaugment_layers:
+      # Its own seed, so the crops stay those without RandAugment.
+      out['draws'] = randaugment.draws(
+          tf.random.experimental.stateless_fold_in(seed, 1),
+          self.randaugment_layers)
+    return out
+
+  def finish(self, pixels, draws=None):
+    """Batched `augment_example` outputs to model inputs: RandAugment,
+    scaling, normalization."""
+    if draws is not None:
+      pixels = randaugment.randaugment_batch(
+          _to_uint8(pixels), draws, self.randaugment_magnitude)
+    return normalize(scale(pixels), self.normalize)
+
   def train(self, image, seed):
     """One training example; `seed` is a [2] int tensor."""
     if not self.is_random:
       return self.eval(image)
-    image = self.augmentation.train(image, seed, self.image_size)
-    return normalize(image, self.normalize)
+    augmented = self.augment_example(image, seed)
+    return self.finish(**{k: v[None] for k, v in augmented.items()})[0]
+
+  def train_batch(self, images, seeds):
+    """Training examples [B, ...] with their seeds [B, 2]; each one as
+    `train` makes it, but RandAugment runs on the whole batch."""
+    if not self.is_random:
+      return self.eval(images)
+    signature = {'pixels': tf.TensorSpec(
+        self.image_shape(tuple(images.shape[1:])),
+        tf.float32 if self.takes_jpeg else images.dtype)}
+    if self.randaugment_layers:
+      signature['draws'] = tf.TensorSpec([self.randaugment_layers, 4],
+                                         tf.float32)
+    augmented = tf.map_fn(lambda x: self.augment_example(*x), (images, seeds),
+                          fn_output_signature=signature)
+    return self.finish(**augmented)
 
   def eval(self, image):
     """One evaluation example, or a batch unless the preset takes JPEGs."""

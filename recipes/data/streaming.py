@@ -28,9 +28,9 @@ _SHUFFLE_BATCHES = 16  # Shuffle buffer, in local batches.
 
 
 def _num_examples(builder, split: str) -> int:
-  info = builder.info.splits
-  if info and split in info:
-    return info[split].num_examples
+  """Examples in `split`, a TFDS split string ('train[:99%]')."""
+  if builder.info.splits:
+    return tfds_source.num_examples(builder, split)
   # Builders without split metadata (e.g. under tfds.testing.mock_data).
   ds = builder.as_dataset(split=split,
                           decoders={'image': tfds.decode.SkipDecoding()})
@@ -39,17 +39,23 @@ def _num_examples(builder, split: str) -> int:
 
 @dataclasses.dataclass
 class StreamingDataset:
-  """Both splits of a prepared TFDS builder, read from its files."""
+  """The splits of a prepared TFDS builder, read from its files; the first
+  of `eval_splits` is the main one."""
 
   builder: tfds.core.DatasetBuilder
   train_split: str
-  eval_split: str
+  eval_splits: tuple[str, ...]
   num_classes: int
   preprocessing: Preprocessing
 
   def __post_init__(self):
     self.num_train = _num_examples(self.builder, self.train_split)
-    self.num_eval = _num_examples(self.builder, self.eval_split)
+    self.eval_sizes = {split: _num_examples(self.builder, split)
+                       for split in self.eval_splits}
+
+  @property
+  def num_eval(self) -> int:
+    return next(iter(self.eval_sizes.values()))
 
   @property
   def image_shape(self) -> tuple[int, ...]:
@@ -69,11 +75,18 @@ class StreamingDataset:
     local = batch_size // jax.process_count()
     # Distinct augmentation seeds on every process and example.
     offset = jax.process_index() << 40
+    prep = self.preprocessing
 
     def example(index, ex):
+      label = tf.cast(ex['label'], tf.int32)
+      if not prep.is_random:
+        return {'image': prep.eval(ex['image']), 'label': label}
       seed_pair = tf.stack([tf.constant(seed, tf.int64), offset + index])
-      return {'image': self.preprocessing.train(ex['image'], seed_pair),
-              'label': tf.cast(ex['label'], tf.int32)}
+      return {**prep.augment_example(ex['image'], seed_pair), 'label': label}
+
+    def finish(batch):  # The rest of the augmentation, on the whole batch.
+      return {'image': prep.finish(batch['pixels'], batch.get('draws')),
+              'label': batch['label']}
 
     ds = (self._read(self.train_split, seed).repeat()
           .shuffle(_SHUFFLE_BATCHES * local, seed=seed)
@@ -82,11 +95,15 @@ class StreamingDataset:
           .enumerate(start_step * local)
           .map(example, num_parallel_calls=tf.data.AUTOTUNE)
           .batch(local, drop_remainder=True))
+    if prep.is_random:
+      ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
     return in_memory.as_numpy(ds)
 
-  def eval_batches(self, *, batch_size: int) -> Iterator[Batch]:
+  def eval_batches(self, *, batch_size: int, split: str | None = None
+                   ) -> Iterator[Batch]:
+    split = in_memory.eval_split(self.eval_sizes, split)
     local = batch_size // jax.process_count()
-    steps = in_memory.num_eval_steps(self.num_eval, batch_size)
+    steps = in_memory.num_eval_steps(self.eval_sizes[split], batch_size)
 
     def example(ex):
       return {'image': self.preprocessing.eval(ex['image']),
@@ -96,7 +113,7 @@ class StreamingDataset:
     padding = tf.data.Dataset.from_tensors({
         'image': tf.zeros(self.image_shape, tf.float32),
         'label': tf.constant(0, tf.int32), 'mask': tf.constant(False)})
-    ds = (self._read(self.eval_split, seed=None)
+    ds = (self._read(split, seed=None)
           .map(example, num_parallel_calls=tf.data.AUTOTUNE)
           .concatenate(padding.repeat())
           .take(steps * local)

@@ -67,13 +67,34 @@ def stored_image_shape(builder) -> tuple[int | None, ...]:
   return tuple(builder.info.features['image'].shape)
 
 
+def _bad_split(builder, split: str, error: Exception) -> UserError:
+  return UserError(f'bad split {split!r} for dataset {builder.name!r}: '
+                   f'{" ".join(str(error).split())}')
+
+
+def _empty(builder, split: str) -> UserError:
+  return UserError(f'split {split!r} of dataset {builder.name!r} has no '
+                   'examples.')
+
+
+def num_examples(builder, split: str) -> int:
+  """Examples in `split` (TFDS syntax: 'train[:99%]') by the metadata."""
+  try:
+    return builder.info.splits[split].num_examples
+  except (KeyError, ValueError, NotImplementedError) as e:
+    raise _bad_split(builder, split, e) from None
+
+
 def read_split(builder, split: str) -> dict[str, np.ndarray]:
   """`image` and `label` of every example of `split`, as numpy arrays."""
+  if builder.info.splits and not num_examples(builder, split):
+    raise _empty(builder, split)
   try:
     ds = builder.as_dataset(split=split)
-  except ValueError as e:
-    raise UserError(f'dataset {builder.name!r} has no split {split!r} '
-                    f'({e}).') from e
+  except (KeyError, ValueError, NotImplementedError) as e:
+    raise _bad_split(builder, split, e) from None
   chunks = list(tfds.as_numpy(ds.map(lambda x: {k: x[k] for k in _FEATURES})
                               .batch(10_000)))
+  if not chunks:
+    raise _empty(builder, split)
   return {k: np.concatenate([c[k] for c in chunks]) for k in _FEATURES}
