@@ -55,12 +55,36 @@ def get_config() -> ml_collections.ConfigDict:
   # (IDX files, ImageNet-size TFDS datasets streamed, other TFDS datasets in
   # memory); memory | stream force it for a TFDS dataset.
   config.data_source = 'auto'
+  # More splits evaluated next to eval_split, {name: split}, each written
+  # under eval_<name>/, e.g. {'minival': 'train[99%:]'} with
+  # train_split='train[:99%]'. TFDS slicing syntax works for every dataset.
+  config.extra_eval_splits = ml_collections.ConfigDict()
   # Preprocessing (recipes/data/preprocess.py): augment none | cifar | imagenet
   # (imagenet takes a streamed dataset's JPEGs, crops to image_size);
-  # normalize '' | cifar10 | imagenet (per-channel mean/std).
+  # normalize '' | cifar10 | imagenet (per-channel mean/std) |
+  # minus_one_to_one (values in [-1, 1], as big_vision's value_range(-1, 1)).
   config.augment = 'none'
   config.normalize = ''
   config.image_size = 224
+  # RandAugment (Cubuk et al. 2019) on training images: this many random
+  # operations per image at this magnitude (0-10 scale, as in big_vision and
+  # the TF reference); 0 layers = off. Seeded per example like the rest.
+  config.randaugment_layers = 0
+  config.randaugment_magnitude = 10
+
+  # Regularization in the loss (model-side dropout and drop-path are model
+  # kwargs, e.g. --config.model_kwargs.drop_path_rate=0.1).
+  # label_smoothing: the target is (1 - s) * one_hot + s / num_classes.
+  config.label_smoothing = 0.0
+  # Mixup (Zhang et al. 2018) and CutMix (Yun et al. 2019) on each batch:
+  # with probability mix_prob a batch is mixed with itself rolled by one
+  # example, by a ratio drawn from Beta(alpha, alpha); labels mix the same
+  # way (one-hot). With both alphas > 0, cutmix is chosen with probability
+  # cutmix_switch_prob. alpha 0 = off.
+  config.mixup_alpha = 0.0
+  config.cutmix_alpha = 0.0
+  config.mix_prob = 1.0
+  config.cutmix_switch_prob = 0.5
 
   # Training length: num_train_steps wins over num_epochs when > 0.
   config.batch_size = 128  # Global, over all devices and processes.
@@ -76,6 +100,26 @@ def get_config() -> ml_collections.ConfigDict:
   config.b1 = 0.9
   config.b2 = 0.999
   config.weight_decay = 0.0
+  # adamw only: what the decay is multiplied by. learning_rate: the scheduled
+  # learning rate (AdamW as in optax and PyTorch: p -= lr_t * wd * p);
+  # schedule: the schedule's factor only, lr_t / learning_rate (big_vision's
+  # decoupled decay: p -= (lr_t / lr) * wd * p).
+  config.weight_decay_scale = 'learning_rate'
+  # dtype of Adam's first moment: '' = the parameters' (float32); bfloat16
+  # halves its memory, as big_vision does.
+  config.adam_mu_dtype = ''
+  # Clip gradients to this global norm before the optimizer; 0 = off.
+  config.grad_clip_norm = 0.0
+  # Split each batch into this many micro-batches whose gradients are summed
+  # before one update: the update of the whole batch in less memory.
+  config.grad_accum_steps = 1
+  # Keep an exponential moving average of the parameters with this decay
+  # (e.g. 0.9999), evaluated next to them (eval_ema/) and checkpointed;
+  # 0 = none.
+  config.ema_decay = 0.0
+  # pmap and shard_map: batch-norm statistics over the whole global batch
+  # instead of each device's share (the sharded strategy always does so).
+  config.cross_device_batch_norm = False
 
   # Schedule: constant | exponential | warmup_cosine.
   # exponential: learning_rate * decay_rate ** (step / decay_steps).
@@ -105,4 +149,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0
   config.log_every_steps = 100
   config.eval_every_steps = 0  # 0 = once per epoch.
+  # Trace this many steps from profile_start_step into WORKDIR/plugins/
+  # profile, for TensorBoard's profile tab (needs tensorboard-plugin-profile,
+  # the `profile` extra); 0 = no trace.
+  config.profile_steps = 0
+  config.profile_start_step = 10
   return config

@@ -20,16 +20,20 @@ def merge_all(metrics_list):
   return functools.reduce(lambda a, b: a.merge(b), metrics_list)
 
 
-def evaluate(strategy, state, data, batch_size: int, at_batch=None):
-  """Metrics over the whole eval split, each example counted exactly once.
+def evaluate(strategy, state, data, batch_size: int, at_batch=None,
+             split: str | None = None):
+  """Metrics over a whole eval split (default: the first), each example
+  counted exactly once.
 
   `at_batch(i, n)`, if given, is called before batch i of n (from 1); when
   it returns True the evaluation stops and returns None.
   """
-  count = in_memory.num_eval_steps(data.num_eval, batch_size)
+  split = split or next(iter(data.eval_sizes))
+  count = in_memory.num_eval_steps(data.eval_sizes[split], batch_size)
   one_ahead = OneAhead()
   metrics = []
-  batches = strategy.place_batches(data.eval_batches(batch_size=batch_size))
+  batches = strategy.place_batches(data.eval_batches(batch_size=batch_size,
+                                                     split=split))
   for index, batch in enumerate(batches, 1):
     if at_batch and at_batch(index, count):
       return None
@@ -37,26 +41,43 @@ def evaluate(strategy, state, data, batch_size: int, at_batch=None):
   return merge_all(strategy.to_host(m) for m in metrics)
 
 
+def _parameter_sets(state):
+  """(summary suffix, state) for each set of parameters to evaluate: the
+  trained ones, and their moving average if the run keeps one."""
+  yield '', state
+  if state.ema_params is not None:
+    yield '_ema', state.replace(params=state.ema_params)
+
+
 def evaluate_and_write(exp: experiment.Experiment, state, writer, step: int,
                        watchdog: Watchdog, should_stop=lambda: False):
-  """Evaluates `state`, writes eval/ summaries for `step`; None if stopped."""
+  """Evaluates `state` on every eval split (and its parameters' average),
+  writes each under its prefix for `step` (eval/, eval_<name>/,
+  eval_ema/...); returns the eval/ summary, or None if stopped."""
+  results = {}
+  for prefix, split in exp.eval_splits.items():
+    for suffix, evaluated in _parameter_sets(state):
+      where = f'{prefix}{suffix}'
 
-  def at_batch(index, count):
-    watchdog.beat(f'the evaluation after step {step} (batch {index} of '
-                  f'{count})')
-    return should_stop()
+      def at_batch(index, count, where=where):
+        watchdog.beat(f'the evaluation ({where}) after step {step} (batch '
+                      f'{index} of {count})')
+        return should_stop()
 
-  eval_metrics = evaluate(exp.strategy, state, exp.data, exp.eval_batch_size,
-                          at_batch)
-  if eval_metrics is None:
-    return None
-  summary = eval_metrics.compute()
-  writer.write_scalars(step, {f'eval/{k}': v for k, v in summary.items()})
-  if jax.process_index() == 0:  # One copy of the metrics in the log.
-    logging.info('step %d: eval loss %.4f, accuracy %.4f over %d examples',
-                 step, summary['loss'], summary['accuracy'],
-                 eval_metrics.accuracy.count)
-  return summary
+      metrics = evaluate(exp.strategy, evaluated, exp.data,
+                         exp.eval_batch_size, at_batch, split)
+      if metrics is None:
+        return None
+      summary = metrics.compute()
+      writer.write_scalars(step, {f'{where}/{k}': v
+                                  for k, v in summary.items()})
+      if jax.process_index() == 0:  # One copy of the metrics in the log.
+        logging.info('step %d: %s loss %.4f, accuracy %.4f, top-5 %.4f over '
+                     '%d examples of %s', step, where, summary['loss'],
+                     summary['accuracy'], summary['top5_accuracy'],
+                     metrics.accuracy.count, split)
+      results[where] = summary
+  return results[experiment.MAIN_EVAL]
 
 
 def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):

@@ -19,6 +19,10 @@ from recipes.errors import UserError, check_divisible
 from recipes.parallel import strategy as strategies
 
 
+# The summary prefix of config.eval_split; extra_eval_splits get eval_<name>.
+MAIN_EVAL = 'eval'
+
+
 @dataclasses.dataclass(frozen=True)
 class Experiment:
   """The parts of a run; `create_state()` makes its initial state."""
@@ -27,6 +31,7 @@ class Experiment:
   steps_per_epoch: int
   num_steps: int
   eval_batch_size: int
+  eval_splits: dict[str, str]  # Summary prefix -> split, MAIN_EVAL first.
   schedule: optax.Schedule
   model: nn.Module
   tx: optax.GradientTransformation
@@ -38,14 +43,34 @@ class Experiment:
     return self.strategy.create_state(jax.random.PRNGKey(self.seed))
 
 
-def create_model(config: ml_collections.ConfigDict, num_classes: int):
+def create_model(config: ml_collections.ConfigDict, num_classes: int,
+                 batch_axis: str | None = None):
+  """The config's model; `batch_axis`: the strategy's (see
+  `Strategy.batch_axis`), over which cross-device batch norm reduces."""
   dtype = (jnp.dtype(config.half_precision_dtype) if config.half_precision
            else jnp.float32)
+  kwargs = dict(config.model_kwargs)
+  if config.cross_device_batch_norm and batch_axis:
+    kwargs['batch_norm_axis_name'] = batch_axis
   try:
     return zoo.create(config.model, num_classes=num_classes, dtype=dtype,
-                      **config.model_kwargs)
-  except (TypeError, ValueError) as e:
+                      **kwargs)
+  except TypeError as e:
+    if 'batch_norm_axis_name' in str(e):
+      raise UserError(f'cross_device_batch_norm needs a model with batch '
+                      f'norm; {config.model!r} has none: set '
+                      '--config.cross_device_batch_norm=False.') from None
     raise UserError(str(e)) from None
+  except ValueError as e:
+    raise UserError(str(e)) from None
+
+
+def eval_splits(config: ml_collections.ConfigDict) -> dict[str, str]:
+  """Summary prefix -> split: eval_split under MAIN_EVAL, then the extra
+  ones under eval_<name>."""
+  return {MAIN_EVAL: config.eval_split,
+          **{f'{MAIN_EVAL}_{name}': split
+             for name, split in config.extra_eval_splits.items()}}
 
 
 def _num_train_steps(config, per_epoch: int) -> int:
@@ -63,23 +88,29 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
   eval_batch_size = config.eval_batch_size or config.batch_size
   check_divisible('batch_size', config.batch_size, divisor, shards)
   check_divisible('eval_batch_size', eval_batch_size, divisor, shards)
-  create_model(config, num_classes=1)  # A bad name fails before data loads.
+  check_divisible('each batch shard', config.batch_size // divisor,
+                  config.grad_accum_steps, 'micro-batches (grad_accum_steps)')
+  # A bad name or argument fails before the data loads.
+  create_model(config, 1, strategy_class.batch_axis)
 
-  preprocessing = Preprocessing(config.augment, config.normalize,
-                                config.image_size)
+  preprocessing = Preprocessing(
+      config.augment, config.normalize, config.image_size,
+      randaugment_layers=config.randaugment_layers,
+      randaugment_magnitude=config.randaugment_magnitude)
+  splits = eval_splits(config)
   data = datasets.load(config.dataset, config.data_dir or None,
-                       config.train_split, config.eval_split, preprocessing,
-                       config.data_source)
+                       config.train_split, list(splits.values()),
+                       preprocessing, config.data_source)
   per_epoch = in_memory.steps_per_epoch(data.num_train, config.batch_size)
   if per_epoch == 0:
     raise UserError(f'batch_size {config.batch_size} is larger than the '
                     f'{data.num_train} training examples.')
   num_steps = _num_train_steps(config, per_epoch)
 
-  model = create_model(config, data.num_classes)
+  model = create_model(config, data.num_classes, strategy_class.batch_axis)
   schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
   tx = optimizers.create_optimizer(config, schedule)
   strategy = strategy_class.from_config(config, model, tx, data.image_shape)
   logging.info('Strategy %s:\n%s', strategy.name, strategy.describe())
-  return Experiment(data, per_epoch, num_steps, eval_batch_size, schedule,
-                    model, tx, strategy, config.seed)
+  return Experiment(data, per_epoch, num_steps, eval_batch_size, splits,
+                    schedule, model, tx, strategy, config.seed)

@@ -95,6 +95,20 @@ class TrainSummaries:
     self.restart_clock(step)
 
 
+def _profiler(config, workdir):
+  """Traces steps profile_start_step.. (profile_steps of them) into
+  WORKDIR/plugins/profile for TensorBoard's profile tab; on the first
+  process only (a trace is per host)."""
+  if not config.profile_steps or jax.process_index() != 0:
+    return None
+  logging.info('Tracing %d steps from step %d into %s/plugins/profile.',
+               config.profile_steps, config.profile_start_step, workdir)
+  return periodic_actions.Profile(
+      logdir=workdir, num_profile_steps=config.profile_steps,
+      profile_duration_ms=None, first_profile=config.profile_start_step,
+      every_steps=None, every_secs=None)
+
+
 def _start(config, workdir, exp, mngr):
   """The state to train from, its step, and the summary writer."""
   state, start_step = resume.restore_latest(mngr, exp.strategy,
@@ -161,6 +175,7 @@ def _train(config, workdir, exp, mngr, watchdog):
                                              every_secs=30)
   train_summaries = TrainSummaries(exp, writer, config.log_every_steps,
                                    start_step, state.skips_nonfinite_updates)
+  profile = _profiler(config, workdir)
 
   def evaluate(step, state, should_stop=lambda: False):
     with progress.timed('eval'):
@@ -188,6 +203,8 @@ def _train(config, workdir, exp, mngr, watchdog):
       train_summaries.add(step, metrics)
       if jax.process_index() == 0:
         progress(step)  # Steps/s and ETA, once in the log.
+      if profile:
+        profile(step)
 
       train_summaries(step, last)
       stopping = stop.should_stop()

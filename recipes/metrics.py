@@ -3,6 +3,7 @@
 import flax
 import jax.numpy as jnp
 from clu import metrics
+from jax import lax
 
 
 @flax.struct.dataclass
@@ -33,12 +34,21 @@ class SkippedSteps(metrics.Metric):
     return self.count
 
 
+def top_k_correct(logits, labels, k: int):
+  """Per example, 1.0 where the label is among the k largest logits (all of
+  them when there are fewer than k classes)."""
+  _, top = lax.top_k(logits, min(k, logits.shape[-1]))
+  return jnp.any(top == labels[..., None], axis=-1).astype(jnp.float32)
+
+
 @flax.struct.dataclass
 class EvalMetrics(metrics.Collection):
-  """Mean loss and accuracy; both honour a per-example `mask`."""
+  """Mean loss, top-1 and top-5 accuracy; all honour a per-example `mask`."""
 
   loss: metrics.Average.from_output('loss')
   accuracy: metrics.Accuracy
+  top5_accuracy: metrics.Average.from_fun(
+      lambda logits, labels, **_: top_k_correct(logits, labels, 5))
 
 
 @flax.struct.dataclass

@@ -1,6 +1,6 @@
 """Learning-rate schedules and optimizers built from the config."""
 
-import jax
+import flax
 import ml_collections
 import optax
 
@@ -8,6 +8,7 @@ from recipes.errors import UserError
 
 SCHEDULES = ('constant', 'exponential', 'warmup_cosine')
 OPTIMIZERS = ('sgd', 'adam', 'adamw')
+WEIGHT_DECAY_SCALES = ('learning_rate', 'schedule')
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict,
@@ -31,27 +32,42 @@ def learning_rate_schedule(config: ml_collections.ConfigDict,
                   f'choose one of {", ".join(SCHEDULES)}.')
 
 
-def _decay_mask(params):
-  # Decay weight matrices and kernels only, not biases or norm scales.
-  return jax.tree.map(lambda p: p.ndim > 1, params)
+def decay_mask(params):
+  """Decay weight matrices and kernels only: not biases, norm scales, nor a
+  ViT's class token and position embedding (as timm and big_vision)."""
+  return flax.traverse_util.path_aware_map(
+      lambda path, p: path[-1] == 'kernel' and p.ndim > 1, params)
 
 
-def create_optimizer(config: ml_collections.ConfigDict,
-                     schedule: optax.Schedule) -> optax.GradientTransformation:
+def _optimizer(config, schedule) -> optax.GradientTransformation:
   """`config.optimizer` with `config.weight_decay` (decoupled for adamw)."""
   wd = config.weight_decay
+  mu_dtype = config.adam_mu_dtype or None
   if config.optimizer == 'sgd':
     step = optax.sgd(schedule, momentum=config.momentum or None,
                      nesterov=config.nesterov)
   elif config.optimizer == 'adam':
-    step = optax.adam(schedule, b1=config.b1, b2=config.b2)
+    step = optax.adam(schedule, b1=config.b1, b2=config.b2, mu_dtype=mu_dtype)
   elif config.optimizer == 'adamw':
+    if config.weight_decay_scale == 'schedule':
+      # optax decays by lr_t * wd * p; big_vision by (lr_t / lr) * wd * p,
+      # which is the same with wd / lr in place of wd.
+      wd = wd / config.learning_rate if config.learning_rate else 0.0
     return optax.adamw(schedule, b1=config.b1, b2=config.b2, weight_decay=wd,
-                       mask=_decay_mask)
+                       mask=decay_mask, mu_dtype=mu_dtype)
   else:
     raise UserError(f'unknown optimizer {config.optimizer!r}; '
                     f'choose one of {", ".join(OPTIMIZERS)}.')
   if not wd:
     return step
   # L2 regularization: the decay goes through momentum and the schedule.
-  return optax.chain(optax.add_decayed_weights(wd, mask=_decay_mask), step)
+  return optax.chain(optax.add_decayed_weights(wd, mask=decay_mask), step)
+
+
+def create_optimizer(config: ml_collections.ConfigDict,
+                     schedule: optax.Schedule) -> optax.GradientTransformation:
+  """The optimizer, after clipping the gradients' global norm if asked."""
+  tx = _optimizer(config, schedule)
+  if config.grad_clip_norm:
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
+  return tx

@@ -12,20 +12,27 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from recipes import mixing
 from recipes.metrics import EvalMetrics, TrainMetrics
-from recipes.train_state import TrainState
+from recipes.train_state import TrainState, UpdateRules
 
 
-def _variables(state: TrainState, params):
-  if state.batch_stats:
-    return {'params': params, 'batch_stats': state.batch_stats}
+def _variables(params, batch_stats):
+  if batch_stats:
+    return {'params': params, 'batch_stats': batch_stats}
   return {'params': params}
 
 
-def _per_example_loss(logits, labels):
-  # Loss in float32 whatever the computation dtype.
-  return optax.softmax_cross_entropy_with_integer_labels(
-      logits.astype(jnp.float32), labels)
+def _per_example_loss(logits, batch, rules: UpdateRules | None = None):
+  """Cross-entropy in float32 whatever the computation dtype; against
+  probability targets where labels are mixed or smoothed."""
+  logits = logits.astype(jnp.float32)
+  if rules is None or not rules.soft_targets:
+    return optax.softmax_cross_entropy_with_integer_labels(logits,
+                                                           batch['label'])
+  return optax.softmax_cross_entropy(logits, mixing.targets(
+      batch['label'], batch['other_label'], batch['label_weight'],
+      logits.shape[-1], rules.label_smoothing))
 
 
 def _collect_metrics(collection, axis_name, **outputs):
@@ -50,15 +57,21 @@ def _loss_and_grads(state: TrainState, loss_fn, axis_name):
 
 
 def _keep_if_not(finite, new: TrainState, old: TrainState) -> TrainState:
-  """`new`, but with the old weights, optimizer state and statistics where
-  `finite` is False. The step still advances: it is the data position."""
+  """`new`, but with the old weights, optimizer state, statistics and
+  average where `finite` is False. The step still advances: it is the data
+  position."""
 
   def choose(a, b):
     return jax.tree.map(lambda x, y: jnp.where(finite, x, y), a, b)
 
   return new.replace(params=choose(new.params, old.params),
                      opt_state=choose(new.opt_state, old.opt_state),
-                     batch_stats=choose(new.batch_stats, old.batch_stats))
+                     batch_stats=choose(new.batch_stats, old.batch_stats),
+                     ema_params=choose(new.ema_params, old.ema_params))
+
+
+# fold_in index of the mixing key, apart from the models' dropout streams.
+_MIX_STREAM = 1
 
 
 def dropout_key(seed: int, step, axis_name: str | None = None) -> jax.Array:
@@ -72,36 +85,117 @@ def dropout_key(seed: int, step, axis_name: str | None = None) -> jax.Array:
   return key
 
 
+def _mixed(batch, key, rules: UpdateRules):
+  """The batch with mixup/cutmix applied (see recipes/mixing.py), and both
+  labels of each example with the weight of its own."""
+  if not rules.soft_targets:
+    return batch
+  image, weight = batch['image'], jnp.ones(batch['label'].shape, jnp.float32)
+  if rules.mixes:
+    image, weight = mixing.mix(jax.random.fold_in(key, _MIX_STREAM), image,
+                               rules)
+  return dict(batch, image=image, other_label=jnp.roll(batch['label'], 1),
+              label_weight=weight)
+
+
+def _micro_batches(batch, count: int):
+  """The batch as `count` micro-batches stacked on a new leading axis;
+  micro-batch i takes examples i, i + count, ..., so that where the batch
+  is split over devices, each micro-batch is too."""
+  return jax.tree.map(
+      lambda x: jnp.swapaxes(
+          x.reshape(x.shape[0] // count, count, *x.shape[1:]), 0, 1), batch)
+
+
+def _joined(stacked):
+  """The inverse of `_micro_batches`: examples back in the batch's order."""
+  return jnp.swapaxes(stacked, 0, 1).reshape(-1, *stacked.shape[2:])
+
+
+def _accumulated(loss_fn, params, batch_stats, batch, key, count: int):
+  """((mean loss, (per-example loss, logits, batch stats)), gradients) over
+  `count` micro-batches run one after another: the gradient of the whole
+  batch's mean loss in the memory of one micro-batch. Batch-norm statistics
+  are those of each micro-batch, and the running averages are updated once
+  per micro-batch: there, unlike the gradient, the result differs from one
+  big batch."""
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def one(carry, inputs):
+    grads, stats = carry
+    index, micro = inputs
+    (_, (loss, logits, stats)), micro_grads = grad_fn(
+        params, stats, micro, jax.random.fold_in(key, index))
+    grads = jax.tree.map(jnp.add, grads, micro_grads)
+    return (grads, stats), (loss, logits)
+
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  (grads, batch_stats), (loss, logits) = lax.scan(
+      one, (zeros, batch_stats),
+      (jnp.arange(count), _micro_batches(batch, count)))
+  grads = jax.tree.map(lambda g: g / count, grads)
+  loss, logits = _joined(loss), _joined(logits)
+  return (loss.mean(), (loss, logits, batch_stats)), grads
+
+
+def _update_ema(state: TrainState) -> TrainState:
+  if state.ema_params is None:
+    return state
+  decay = state.update_rules.ema_decay
+  return state.replace(ema_params=jax.tree.map(
+      lambda e, p: decay * e + (1 - decay) * p, state.ema_params,
+      state.params))
+
+
 def train_step(state: TrainState, batch, axis_name: str | None = None,
                seed: int = 0):
   """One optimizer update on `batch`; returns the new state and its metrics.
 
-  Models with dropout get their key from `dropout_key(seed, state.step)`.
+  `state.update_rules` adds label smoothing, mixup/cutmix, gradient
+  accumulation and the parameters' moving average. Random choices (dropout, mixing) take
+  their key from `dropout_key(seed, state.step)`.
   A non-finite loss or gradient norm is reported in the metrics; the update
   is skipped instead if the state says so (`skips_nonfinite_updates`).
   """
-  rngs = {'dropout': dropout_key(seed, state.step, axis_name)}
+  rules = state.update_rules
+  key = dropout_key(seed, state.step, axis_name)
+  batch = _mixed(batch, key, rules)
+  mutable = ['batch_stats'] if state.batch_stats else False
 
-  def loss_fn(params):
-    mutable = ['batch_stats'] if state.batch_stats else False
-    out = state.apply_fn(_variables(state, params), batch['image'],
-                         train=True, mutable=mutable, rngs=rngs)
+  def loss_fn(params, batch_stats, batch, key):
+    out = state.apply_fn(_variables(params, batch_stats), batch['image'],
+                         train=True, mutable=mutable, rngs={'dropout': key})
     logits, new_model_state = out if mutable else (out, {})
-    loss = _per_example_loss(logits, batch['label'])
-    return loss.mean(), (loss, logits, new_model_state)
+    loss = _per_example_loss(logits, batch, rules)
+    return loss.mean(), (loss, logits,
+                         new_model_state.get('batch_stats', batch_stats))
 
-  (loss, logits, new_model_state), grads, state = _loss_and_grads(
-      state, loss_fn, axis_name)
-  batch_stats = new_model_state.get('batch_stats', state.batch_stats)
+  if rules.grad_accum_steps > 1:
+    # Float16 loss scaling is refused with accumulation (validation).
+    (_, (loss, logits, batch_stats)), grads = _accumulated(
+        loss_fn, state.params, state.batch_stats, batch, key,
+        rules.grad_accum_steps)
+    if axis_name is not None:
+      grads = lax.pmean(grads, axis_name)
+  else:
+    (loss, logits, batch_stats), grads, state = _loss_and_grads(
+        state, lambda p: loss_fn(p, state.batch_stats, batch, key),
+        axis_name)
   mean_loss = loss.mean()
   if axis_name is not None:
     batch_stats = lax.pmean(batch_stats, axis_name)
     mean_loss = lax.pmean(mean_loss, axis_name)  # Every device decides alike.
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(mean_loss) & jnp.isfinite(grad_norm)
-  new_state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
+  new_state = _update_ema(state.apply_gradients(grads=grads,
+                                                batch_stats=batch_stats))
 
-  outputs = dict(loss=loss, logits=logits, labels=batch['label'],
+  # Accuracy against each example's larger share of a mixed label.
+  labels = batch['label']
+  if 'label_weight' in batch:
+    labels = jnp.where(batch['label_weight'] >= 0.5, labels,
+                       batch['other_label'])
+  outputs = dict(loss=loss, logits=logits, labels=labels,
                  grad_norm=jnp.full_like(loss, grad_norm))
   if state.skips_nonfinite_updates:
     new_state = _keep_if_not(finite, new_state, state)
@@ -114,8 +208,8 @@ def train_step(state: TrainState, batch, axis_name: str | None = None,
 
 def eval_step(state: TrainState, batch, axis_name: str | None = None):
   """Metrics of the model on `batch`, skipping examples whose mask is False."""
-  logits = state.apply_fn(_variables(state, state.params), batch['image'],
-                          train=False)
-  loss = _per_example_loss(logits, batch['label'])
+  logits = state.apply_fn(_variables(state.params, state.batch_stats),
+                          batch['image'], train=False)
+  loss = _per_example_loss(logits, batch)
   return _collect_metrics(EvalMetrics, axis_name, loss=loss, logits=logits,
                           labels=batch['label'], mask=batch['mask'])

@@ -73,6 +73,19 @@ def text(non_empty: bool = False) -> Rule:
 
 BOOLEAN = Rule(lambda v: isinstance(v, bool), 'True or False')
 FRACTION = number(0, 1, high_open=True)
+PROBABILITY = number(0, 1)
+ADAM_MU_DTYPES = ('', 'bfloat16', 'float16', 'float32')
+
+
+def _are_eval_splits(value) -> bool:
+  return isinstance(value, (dict, ml_collections.ConfigDict)) and all(
+      isinstance(k, str) and k.isidentifier() and isinstance(v, str) and v
+      for k, v in value.items())
+
+
+EVAL_SPLITS = Rule(_are_eval_splits,
+                   "a dict of {name: split}, names that are identifiers, "
+                   "e.g. {'minival': 'train[99%:]'}")
 
 RULES = {
     'strategy': choice(*STRATEGIES),
@@ -85,10 +98,18 @@ RULES = {
     'data_dir': text(),
     'train_split': text(non_empty=True),
     'eval_split': text(non_empty=True),
+    'extra_eval_splits': EVAL_SPLITS,
     'data_source': choice(*datasets.DATA_SOURCES),
     'augment': choice(*preprocess.AUGMENTATIONS),
     'normalize': choice('', *preprocess.MEAN_STD),
     'image_size': integer(1),
+    'randaugment_layers': integer(0, note=' (0 = off)'),
+    'randaugment_magnitude': integer(0, 10),
+    'label_smoothing': FRACTION,
+    'mixup_alpha': number(0),
+    'cutmix_alpha': number(0),
+    'mix_prob': PROBABILITY,
+    'cutmix_switch_prob': PROBABILITY,
     'batch_size': integer(1),
     'eval_batch_size': integer(0, note=' (0 = batch_size)'),
     'num_epochs': number(0),
@@ -100,6 +121,12 @@ RULES = {
     'b1': FRACTION,
     'b2': FRACTION,
     'weight_decay': number(0),
+    'weight_decay_scale': choice(*optimizers.WEIGHT_DECAY_SCALES),
+    'adam_mu_dtype': choice(*ADAM_MU_DTYPES),
+    'grad_clip_norm': number(0),
+    'grad_accum_steps': integer(1),
+    'ema_decay': FRACTION,
+    'cross_device_batch_norm': BOOLEAN,
     'lr_schedule': choice(*optimizers.SCHEDULES),
     'decay_rate': number(0, low_open=True),
     'decay_steps': integer(1),
@@ -113,6 +140,8 @@ RULES = {
     'seed': integer(0, MAX_SEED),
     'log_every_steps': integer(1),
     'eval_every_steps': integer(0, note=' (0 = once per epoch)'),
+    'profile_steps': integer(0, note=' (0 = no trace)'),
+    'profile_start_step': integer(1),
     'mesh.data': Rule(lambda v: _is_int(v) and (v >= 1 or v == -1),
                       'an int >= 1, or -1 for the devices left over'),
 }
@@ -143,3 +172,8 @@ def check(config: ml_collections.ConfigDict):
     if not rule.allows(value):
       raise UserError(f'config field {name} is {value!r}; it must be '
                       f'{rule.allowed}.')
+  if (config.grad_accum_steps > 1 and config.half_precision
+      and config.half_precision_dtype == 'float16'):
+    raise UserError('grad_accum_steps > 1 does not work with float16 loss '
+                    'scaling; use --config.half_precision_dtype=bfloat16 or '
+                    '--config.grad_accum_steps=1.')

@@ -77,9 +77,10 @@ def write_fashion_mnist(data_dir: str, num_train: int, num_test: int,
   return arrays
 
 
-def saved_params(workdir, step=None):
+def saved_params(workdir, step=None, item='params'):
   """(step, parameters as numpy) of a checkpoint in `workdir` (default: the
-  latest), whatever mesh or number of processes wrote it."""
+  latest), whatever mesh or number of processes wrote it; `item` names
+  another part of the state instead (e.g. 'ema_params')."""
   one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   with checkpoints.manager(str(workdir)) as mngr:
     step = mngr.latest_step() if step is None else step
@@ -87,7 +88,7 @@ def saved_params(workdir, step=None):
         lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one_device),
         dict(mngr.item_metadata(step)))
     restored = checkpoints.restore(mngr, target, step)
-  return step, jax.tree.map(np.asarray, restored['params'])
+  return step, jax.tree.map(np.asarray, restored[item])
 
 
 def read_scalars(workdir):

@@ -17,7 +17,8 @@ from tests.helpers import ROOT, command_env, write_fashion_mnist
 FIELDS = ('model', 'strategy', 'dtype', 'batch_size', 'images_per_sec',
           'step_time_median_s', 'step_time_p90_s', 'compile_time_s',
           'flops_per_step', 'tflops_per_sec', 'mfu', 'devices', 'platform',
-          'device_kind', 'jax_version', 'peak_memory_bytes')
+          'device_kind', 'jax_version', 'peak_memory_bytes',
+          'residual_bytes_per_device')
 
 
 def _run_json(tmp_path, *flags) -> dict:
@@ -45,7 +46,23 @@ def test_writes_every_field(tmp_path, strategy, devices):
   assert r['tflops_per_sec'] == pytest.approx(
       r['flops_per_step'] / r['step_time_median_s'] / 1e12)
   assert r['mfu'] is None and r['peak_memory_bytes'] is None  # CPU.
+  # At most the MLP's weights and its activations, per device's share.
+  params = zoo.model_info('mlp').num_params * 4
+  assert 0 < r['residual_bytes_per_device'] < params + 8 * 2**20
   assert math.isfinite(r['final_loss'])
+
+
+def test_remat_keeps_fewer_activations(tmp_path):
+  # A ViT whose saved activations outweigh its parameters.
+  vit = ('--model_kwargs=hidden_size=64,num_layers=4,num_heads=2,'
+         'mlp_dim=256,patch_size=4,image_size=32')
+  memory = {}
+  for remat in (False, True):
+    path = tmp_path / f'{remat}.json'
+    bench.main(['--model=vit_s16', f'{vit},remat={remat}', '--batch_size=32',
+                '--steps=1', '--warmup=0', f'--json={path}'])
+    memory[remat] = json.loads(path.read_text())['residual_bytes_per_device']
+  assert memory[True] < 0.2 * memory[False], memory
 
 
 def test_bfloat16_and_profile(tmp_path, capsys):

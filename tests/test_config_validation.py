@@ -5,6 +5,7 @@ tests/test_bad_input.py runs a few of these through the command itself)."""
 
 import gzip
 import math
+import re
 
 import ml_collections
 import numpy as np
@@ -22,9 +23,13 @@ def _config(data_dir, **overrides):
       'model_kwargs': {'hidden_sizes': (8,)}, **overrides})
 
 
+# Fields whose value is a whole dict, checked as one.
+DICT_FIELDS = ('model_kwargs', 'extra_eval_splits')
+
+
 def _leaf_names(config, prefix=''):
   for key, value in config.items():
-    if isinstance(value, ml_collections.ConfigDict) and key != 'model_kwargs':
+    if isinstance(value, ml_collections.ConfigDict) and key not in DICT_FIELDS:
       yield from _leaf_names(value, f'{prefix}{key}.')
     else:
       yield prefix + key
@@ -69,7 +74,7 @@ BAD_VALUES = [
     ('mode', 'test', "one of 'train', 'eval'"),
     ('optimizer', 'lamb', "one of 'sgd', 'adam', 'adamw'"),
     ('half_precision_dtype', 'float8', "one of 'bfloat16', 'float16'"),
-    ('normalize', 'mnist', "one of '', 'cifar10', 'imagenet'"),
+    ('normalize', 'mnist', "one of '', 'cifar10', 'imagenet', 'minus_one_to_one'"),
     ('model', '', 'a non-empty string'),
     ('mesh.fsdp', 0, 'an int >= 1, or -1 for the devices left over'),
 ]
@@ -142,3 +147,34 @@ def test_damaged_idx_files_are_one_line(tmp_path, damage):
   with pytest.raises(UserError) as error:
     loop.train_and_evaluate(_config(str(tmp_path)), str(tmp_path / 'work'))
   assert str(error.value).startswith(f'{path} is not a complete gzip file')
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('extra_eval_splits', {'mini val': 'train[99%:]'}, 'a dict of {name'),
+    ('extra_eval_splits', {'minival': ''}, 'a dict of {name'),
+    ('label_smoothing', 1.0, 'a finite number >= 0 and < 1'),
+    ('mixup_alpha', -0.1, 'a finite number >= 0'),
+    ('mix_prob', float('nan'), 'a finite number >= 0 and <= 1'),
+    ('grad_accum_steps', 0, 'an int >= 1'),
+    ('ema_decay', 1.0, 'a finite number >= 0 and < 1'),
+    ('grad_clip_norm', float('inf'), 'a finite number >= 0'),
+    ('weight_decay_scale', 'lr', "one of 'learning_rate', 'schedule'"),
+    ('adam_mu_dtype', 'int8', "one of '', 'bfloat16'"),
+    ('randaugment_magnitude', 11, 'an int from 0 to 10'),
+    ('profile_steps', -1, 'an int >= 0'),
+])
+def test_toolkit_fields_are_checked(field, value, message):
+  config = default.get_config()
+  config[field] = value
+  with pytest.raises(UserError, match=re.escape(f'config field {field} is')
+                     ) as error:
+    validation.check(config)
+  assert message in str(error.value)
+
+
+def test_accumulation_with_float16_loss_scaling_is_refused():
+  config = default.get_config()
+  config.update(grad_accum_steps=2, half_precision=True,
+                half_precision_dtype='float16')
+  with pytest.raises(UserError, match='grad_accum_steps > 1 does not work'):
+    validation.check(config)

@@ -1,4 +1,6 @@
+import jax
 import numpy as np
+import optax
 import pytest
 
 from recipes import optimizers
@@ -44,3 +46,69 @@ def test_unknown_names_are_user_errors():
     optimizers.create_optimizer(tiny_config(optimizer='lion'), lambda s: 0.1)
   with pytest.raises(UserError, match='unknown lr_schedule'):
     optimizers.learning_rate_schedule(tiny_config(lr_schedule='step'), 1, 1)
+
+
+def _tx(**overrides):
+  config = tiny_config(**overrides)
+  return optimizers.create_optimizer(
+      config, optimizers.learning_rate_schedule(config, 10, 100))
+
+
+def test_clipping_bounds_the_global_norm():
+  tx = _tx(optimizer='sgd', momentum=0.0, learning_rate=1.0,
+           grad_clip_norm=0.5)
+  params = {'kernel': np.ones((3, 3), np.float32),
+            'bias': np.ones((3,), np.float32)}
+  grads = {'kernel': np.full((3, 3), 2.0, np.float32),
+           'bias': np.full((3,), -2.0, np.float32)}
+  updates, _ = tx.update(grads, tx.init(params), params)
+  norm = float(optax.tree.norm(updates))
+  np.testing.assert_allclose(norm, 0.5, rtol=1e-6)
+  # Same direction as the gradient.
+  np.testing.assert_allclose(updates['kernel'] / updates['bias'][0],
+                             -1.0, rtol=1e-6)
+  small = jax.tree.map(lambda g: g / 100, grads)  # Under the bound: as is.
+  updates, _ = tx.update(small, tx.init(params), params)
+  np.testing.assert_allclose(updates['kernel'], -0.02, rtol=1e-6)
+
+
+@pytest.mark.parametrize('scale', ['learning_rate', 'schedule'])
+def test_adamw_decay_is_scaled_as_documented(scale):
+  # Zero gradients: the update is the decay alone. warmup_cosine at step 30
+  # of 100 (no warmup) gives lr_t; the schedule's factor is lr_t / lr.
+  lr, wd = 0.002, 0.1
+  config = tiny_config(optimizer='adamw', learning_rate=lr, weight_decay=wd,
+                       weight_decay_scale=scale, lr_schedule='warmup_cosine')
+  schedule = optimizers.learning_rate_schedule(config, 10, 100)
+  tx = optimizers.create_optimizer(config, schedule)
+  params = {'kernel': np.full((2, 2), 3.0, np.float32)}
+  state = tx.init(params)
+  zero = {'kernel': np.zeros((2, 2), np.float32)}
+  for _ in range(30):
+    _, state = tx.update(zero, state, params)
+  updates, _ = tx.update(zero, state, params)
+  lr_t = float(schedule(30))
+  factor = lr_t if scale == 'learning_rate' else lr_t / lr
+  np.testing.assert_allclose(updates['kernel'], -factor * wd * 3.0,
+                             rtol=1e-5)
+
+
+def test_adam_first_moment_dtype():
+  params = {'kernel': np.ones((2, 2), np.float32)}
+  for name in ('adam', 'adamw'):
+    state = _tx(optimizer=name, adam_mu_dtype='bfloat16').init(params)
+    dtypes = {str(x.dtype) for x in jax.tree.leaves(state)
+              if getattr(x, 'shape', ()) == (2, 2)}
+    assert dtypes == {'bfloat16', 'float32'}  # mu, nu.
+    state = _tx(optimizer=name).init(params)
+    assert {str(x.dtype) for x in jax.tree.leaves(state)
+            if getattr(x, 'shape', ()) == (2, 2)} == {'float32'}
+
+
+def test_position_embeddings_and_class_tokens_are_not_decayed():
+  params = {'pos_embedding': np.ones((1, 5, 4), np.float32),
+            'cls': np.ones((1, 1, 4), np.float32),
+            'Dense_0': {'kernel': np.ones((4, 4), np.float32)}}
+  mask = optimizers.decay_mask(params)
+  assert mask == {'pos_embedding': False, 'cls': False,
+                  'Dense_0': {'kernel': True}}

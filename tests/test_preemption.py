@@ -99,6 +99,34 @@ def test_sigkill_then_restart_ends_bitwise_equal(data_dir, tmp_path,
   _assert_bitwise_equal(_restart(command, tmp_path, latest), uninterrupted)
 
 
+# Every random part of the update on at once: dropout, mixup or cutmix,
+# RandAugment, with label smoothing, accumulation and the moving average.
+TOOLKIT = dict(model='tests.helpers:DropoutNet', mixup_alpha=0.2,
+               cutmix_alpha=1.0, label_smoothing=0.1, randaugment_layers=2,
+               randaugment_magnitude=9, grad_accum_steps=2, ema_decay=0.9)
+
+
+def test_sigkill_with_the_random_toolkit_on_resumes_bitwise(data_dir,
+                                                             tmp_path):
+  config = fashion_mnist_pmap.get_config()
+  config.update(dict(data_dir=data_dir, **OVERRIDES, **TOOLKIT))
+  loop.train_and_evaluate(config, str(tmp_path / 'straight'))
+  command = _command(data_dir, tmp_path / 'killed') + [
+      f'--config.{k}={v}' for k, v in TOOLKIT.items()]
+  process = _start(command)
+  _wait_for_a_checkpoint(process, str(tmp_path / 'killed'))
+  process.kill()
+  process.communicate(timeout=60)
+  with checkpoints.manager(str(tmp_path / 'killed')) as mngr:
+    latest = mngr.latest_step()
+  assert latest < NUM_STEPS
+  final = _restart(command, tmp_path / 'killed', latest)
+  _assert_bitwise_equal(final, saved_params(tmp_path / 'straight'))
+  _assert_bitwise_equal(
+      saved_params(tmp_path / 'killed', item='ema_params'),
+      saved_params(tmp_path / 'straight', item='ema_params'))
+
+
 def test_sigterm_stops_cleanly_with_a_checkpoint(data_dir, tmp_path,
                                                 uninterrupted):
   # (SIGINT takes the same path; tests/test_reliability.py sends one.)

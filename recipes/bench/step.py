@@ -210,7 +210,8 @@ def _settings(args) -> types.SimpleNamespace:
       # As the recipes train in float16: with flax's DynamicScale.
       half_precision=args.dtype != 'float32',
       half_precision_dtype=args.dtype,
-      skip_nonfinite_updates=False)
+      # The plain update: no mixing, accumulation or average.
+      **dataclasses.asdict(train_state.UpdateRules()))
 
 
 def _prepare(args, model, tx, shape, devices, batch) -> Timed:
@@ -260,6 +261,29 @@ def peak_memory_bytes(devices) -> int | None:
   return max(peaks) if peaks else None
 
 
+def residual_bytes(model, shape, batch_size: int) -> int:
+  """Bytes that one training forward pass over `batch_size` images keeps for
+  the backward pass (the residuals of `jax.vjp`), without running it: the
+  activation memory that `remat` trades for recomputation. It includes the
+  weights the backward pass reads."""
+  images = jax.ShapeDtypeStruct((batch_size, *shape), jnp.float32)
+  rng = jax.random.PRNGKey(0)
+  variables = jax.eval_shape(
+      lambda: model.init(rng, jnp.zeros((1, *shape)), train=False))
+  mutable = ['batch_stats'] if 'batch_stats' in variables else False
+
+  def backward_inputs(variables, images):
+    def forward(params):
+      out = model.apply({**variables, 'params': params}, images, train=True,
+                        mutable=mutable, rngs={'dropout': rng})
+      return (out[0] if mutable else out).astype(jnp.float32).sum()
+
+    return jax.vjp(forward, variables['params'])[1]
+
+  residuals = jax.eval_shape(backward_inputs, variables, images)
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(residuals))
+
+
 def profile_one_step(setup: Timed, state, directory: str) -> str:
   """Traces one step into `directory`; returns a table of its largest ops."""
   with jax.profiler.trace(directory, create_perfetto_trace=True):
@@ -306,16 +330,18 @@ def _fmt(value, spec: str, none: str = '-') -> str:
 
 def table(r: dict) -> str:
   header = ('| model | strategy | devices | dtype | batch | compile s | '
-            'step ms median / p90 | images/s | TFLOP/s | MFU | peak memory |')
-  mem = r['peak_memory_bytes']
+            'step ms median / p90 | images/s | TFLOP/s | MFU | peak memory '
+            '| residuals per device |')
+  mem, kept = r['peak_memory_bytes'], r['residual_bytes_per_device']
   row = (f"| {r['model']} | {r['strategy']} | {r['devices']} | {r['dtype']} "
          f"| {r['batch_size']} | {r['compile_time_s']:.2f} "
          f"| {r['step_time_median_s'] * 1e3:.2f} / "
          f"{r['step_time_p90_s'] * 1e3:.2f} "
          f"| {r['images_per_sec']:,.0f} | {r['tflops_per_sec']:.3f} "
          f"| {_fmt(r['mfu'], '.1%')} "
-         f"| {_fmt(mem and mem / 2**30, '.2f')}{' GiB' if mem else ''} |")
-  return f"{header}\n|{'---|' * 11}\n{row}"
+         f"| {_fmt(mem and mem / 2**30, '.2f')}{' GiB' if mem else ''} "
+         f"| {kept / 2**30:.3f} GiB |")
+  return f"{header}\n|{'---|' * 12}\n{row}"
 
 
 def measure(args) -> dict:
@@ -361,6 +387,8 @@ def measure(args) -> dict:
       'peak_tflops_per_device': peak,
       'mfu': achieved / (peak * len(devices)) if peak else None,
       'peak_memory_bytes': peak_memory_bytes(devices),
+      'residual_bytes_per_device': residual_bytes(
+          model, shape, args.batch_size // setup.batch_shards),
       'final_loss': loss,
   }
   if args.profile:

@@ -28,6 +28,7 @@ class PmapStrategy(DataParallel):
   """
 
   name = 'pmap'
+  batch_axis = AXIS
 
   def __init__(self, model: nn.Module, tx: optax.GradientTransformation,
                image_shape: tuple[int, ...], seed: int = 0, devices=None,

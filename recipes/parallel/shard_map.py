@@ -29,6 +29,7 @@ class ShardMapStrategy(DataParallel, global_arrays.GlobalState):
   per device under `jax.shard_map`. `devices`: default all of them."""
 
   name = 'shard_map'
+  batch_axis = AXIS
 
   def __init__(self, model: nn.Module, tx: optax.GradientTransformation,
                image_shape: tuple[int, ...], seed: int = 0,

@@ -42,6 +42,7 @@ class ShardedStrategy(global_arrays.GlobalState):
   """
 
   name = 'sharded'
+  batch_axis = None
 
   def __init__(self, mesh: Mesh, model: nn.Module,
                tx: optax.GradientTransformation, image_shape: tuple[int, ...],
@@ -63,10 +64,12 @@ class ShardedStrategy(global_arrays.GlobalState):
         tx, lambda _, spec: spec, abstract.opt_state, params,
         transform_non_params=lambda _: PartitionSpec(),
         is_leaf=lambda x: isinstance(x, PartitionSpec))
-    # The rest (step, batch-norm statistics, loss scale) is small and
-    # carries no names: replicated.
+    # The parameters' average is split like them. The rest (step,
+    # batch-norm statistics, loss scale) is small and carries no names:
+    # replicated.
     specs = jax.tree.map(lambda _: PartitionSpec(), abstract).replace(
-        params=params, opt_state=opt_state)
+        params=params, opt_state=opt_state,
+        ema_params=None if abstract.ema_params is None else params)
     self.state_shardings = jax.tree.map(
         lambda spec: NamedSharding(mesh, spec), specs,
         is_leaf=lambda x: isinstance(x, PartitionSpec))

@@ -29,6 +29,9 @@ class Strategy(Protocol):
   """What the loop, the benchmark and the tests use of a strategy."""
 
   name: str
+  # The mapped axis the step runs under, one device's share of the batch at
+  # a time (pmap, shard_map); None where the step sees the global batch.
+  batch_axis: str | None
 
   @classmethod
   def from_config(cls, config, model: nn.Module,
