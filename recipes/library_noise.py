@@ -7,7 +7,8 @@
   loads it with stderr caught and passes on every other line.
 - JAX logs at INFO each backend it could not start ("Unable to initialize
   backend 'tpu'"), orbax every checkpoint read and write, optax a warmup of
-  zero steps: `LibraryNoise` keeps their warnings only.
+  zero steps, CLU's platform an "artifact" for each profile trace:
+  `LibraryNoise` keeps their warnings only.
 - orbax logs a failed save or read as errors with long tracebacks, from
   each of its threads, before the recipe reports the same failure itself in
   one line (recipes/checkpoints.py): `LibraryNoise` keeps those for the
@@ -66,13 +67,14 @@ def _package_dirs(*names: str) -> tuple[str, ...]:
 
 
 class LibraryNoise(logging.Filter):
-  """Drops JAX's, orbax's, optax's, fsspec's and gcsfs's log records below
-  WARNING, and orbax's errors that carry a traceback."""
+  """Drops JAX's, orbax's, optax's, fsspec's, gcsfs's and CLU platform's
+  log records below WARNING, and orbax's errors that carry a traceback."""
 
   def __init__(self):
     super().__init__()
     # fsspec and gcsfs log every file they open (buckets, emulators).
-    self._sources = _package_dirs('jax', 'orbax', 'optax', 'fsspec', 'gcsfs')
+    self._sources = _package_dirs('jax', 'orbax', 'optax', 'fsspec', 'gcsfs',
+                                  'clu.platform')
     self._orbax = _package_dirs('orbax')
 
   def filter(self, record):

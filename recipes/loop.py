@@ -96,15 +96,16 @@ class TrainSummaries:
 
 
 def _profiler(config, workdir):
-  """Traces steps profile_start_step.. (profile_steps of them) into
-  WORKDIR/plugins/profile for TensorBoard's profile tab; on the first
+  """Traces steps profile_start_step.. (profile_steps of them) next to the
+  run's summaries, where TensorBoard's profile tab finds them; on the first
   process only (a trace is per host)."""
   if not config.profile_steps or jax.process_index() != 0:
     return None
+  logdir = summaries.directory(workdir)
   logging.info('Tracing %d steps from step %d into %s/plugins/profile.',
-               config.profile_steps, config.profile_start_step, workdir)
+               config.profile_steps, config.profile_start_step, logdir)
   return periodic_actions.Profile(
-      logdir=workdir, num_profile_steps=config.profile_steps,
+      logdir=logdir, num_profile_steps=config.profile_steps,
       profile_duration_ms=None, first_profile=config.profile_start_step,
       every_steps=None, every_secs=None)
 

@@ -44,6 +44,6 @@ def test_every_split_and_the_average_are_evaluated(run):
 
 def test_the_profile_is_where_tensorboard_looks(run):
   workdir, _ = run
-  traces = glob.glob(os.path.join(workdir, 'plugins', 'profile', '*',
-                                  '*.xplane.pb'))
+  traces = glob.glob(os.path.join(workdir, 'summaries', 'plugins',
+                                  'profile', '*', '*.xplane.pb'))
   assert traces and os.path.getsize(traces[0]) > 0
