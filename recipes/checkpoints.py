@@ -307,38 +307,45 @@ def _step_directory(name: str) -> epath.Path:
       if steps:
         return directory / str(max(steps))
   raise UserError(f'no checkpoint found at --config.init_from={name!r}; give '
-                  'a run\'s workdir, its checkpoints directory, or one step '
-                  'directory in it.')
+                  'a run\'s workdir, its checkpoints directory, one step '
+                  'directory in it, or a directory that python -m zoo.convert '
+                  'wrote.')
 
 
-def load_params(path: str, target) -> tuple[dict, list[str]]:
-  """Parameters from another run's checkpoint at `path`, e.g. to fine-tune.
+def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
+  """Variables from another run's checkpoint at `path`, e.g. to fine-tune.
 
-  `target` is this run's params tree of `jax.ShapeDtypeStruct`s with
-  shardings. Returns (the loaded parameters that have the same name and
-  shape there, flat {'Dense_0/kernel': array}, and the names of the others,
-  which the caller keeps as initialized -- typically a new classifier head).
+  `target` is this run's {'params': tree, 'batch_stats': tree} of
+  `jax.ShapeDtypeStruct`s with shardings (batch_stats may be empty). Returns
+  (the loaded arrays that have the same name and shape there, flat
+  {'params/Dense_0/kernel': array, 'batch_stats/BatchNorm_0/mean': array},
+  and the names of the others, which the caller keeps as initialized --
+  typically a new classifier head). Batch statistics come across where the
+  checkpoint has them (a run's, or one written by `python -m zoo.convert`).
   """
   directory = _step_directory(path)
   handler = ocp.PyTreeCheckpointHandler()
   try:
-    saved = _shapes(
-        handler.metadata(directory / 'default').tree['params'])
+    tree = handler.metadata(directory / 'default').tree
+    saved = {f'{collection}/{name}': shape
+             for collection in target if tree.get(collection)
+             for name, shape in _shapes(tree[collection]).items()}
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f'cannot read the checkpoint {directory} for '
                     f'--config.init_from ({type(e).__name__}: '
                     f'{str(e)[:200]}).') from e
-  wanted = traverse_util.flatten_dict(target, sep='/')
+  wanted = traverse_util.flatten_dict(
+      {k: v for k, v in target.items() if v}, sep='/')
   loadable = {name: leaf for name, leaf in wanted.items()
               if saved.get(name) == tuple(leaf.shape)}
-  if not loadable:
+  if not any(name.startswith('params/') for name in loadable):
     raise UserError(f'no parameter of this model has the same name and shape '
                     f'in {directory} (--config.init_from): another model?')
-  item = {'params': traverse_util.unflatten_dict(loadable, sep='/')}
+  item = traverse_util.unflatten_dict(loadable, sep='/')
   restored = ocp.Checkpointer(handler).restore(
       directory / 'default',
       args=ocp.args.PyTreeRestore(
           item=item, partial_restore=True,
           restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
-  loaded = traverse_util.flatten_dict(restored['params'], sep='/')
+  loaded = traverse_util.flatten_dict(restored, sep='/')
   return loaded, sorted(set(wanted) - set(loaded))

@@ -1,6 +1,8 @@
 """Where a run's state starts: the workdir's latest checkpoint, or the
 parameters of another run (`config.init_from`)."""
 
+import jax
+import jax.numpy as jnp
 from absl import logging
 from flax import traverse_util
 
@@ -21,15 +23,27 @@ def restore_latest(mngr, strategy, state):
 
 
 def init_from(path: str, strategy, state):
-  """`state` with the parameters of another run's checkpoint where they fit."""
-  target = strategy.checkpoint_target(state).params
-  loaded, kept = checkpoints.load_params(path, target)
+  """`state` with the parameters and batch statistics of another run's
+  checkpoint (or a converted one) where they fit."""
+  target = strategy.checkpoint_target(state)
+  loaded, kept = checkpoints.load_params(
+      path, {'params': target.params, 'batch_stats': target.batch_stats})
   whole = strategy.to_checkpoint(state)
-  params = traverse_util.flatten_dict(whole.params, sep='/')
-  params.update(loaded)
-  logging.info('Initialized %d parameter arrays from %s.', len(loaded), path)
+  variables = traverse_util.flatten_dict(
+      {'params': whole.params, 'batch_stats': whole.batch_stats}, sep='/')
+  variables.update(loaded)
+  variables = traverse_util.unflatten_dict(variables, sep='/')
+  stats = sum(name.startswith('batch_stats/') for name in loaded)
+  logging.info('Initialized %d parameter arrays%s from %s.',
+               len(loaded) - stats,
+               f' and {stats} batch statistics' if stats else '', path)
   if kept:
     logging.warning('Not in %s with the same shape, so trained from scratch: '
                     '%s.', path, ', '.join(kept))
-  return strategy.from_checkpoint(
-      whole.replace(params=traverse_util.unflatten_dict(params, sep='/')))
+  whole = whole.replace(params=variables['params'],
+                        batch_stats=variables.get('batch_stats',
+                                                  whole.batch_stats))
+  if whole.ema_params is not None:
+    # The average starts from the loaded parameters, as from initial ones.
+    whole = whole.replace(ema_params=jax.tree.map(jnp.copy, whole.params))
+  return strategy.from_checkpoint(whole)

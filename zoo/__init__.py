@@ -2,7 +2,9 @@
 
 `spec(name)` is a variant's metadata (family, input shape, test kwargs,
 published counts), `input_shape(name, **kwargs)` the shape of one example, and
-`model_info(name)` its parameter count and forward FLOPs, computed from shapes.
+`model_info(name)` its parameter count and forward FLOPs, computed from shapes;
+`load_pretrained(name, path)` a model with converted pretrained weights
+(torchvision, timm, Google's ViT .npz; see zoo/convert/).
 """
 
 import importlib
@@ -11,6 +13,7 @@ import pkgutil
 from zoo.registry import (ModelSpec, create, input_shape, list_models,
                           register, spec)
 from zoo.info import ModelInfo, model_info, num_params
+from zoo.pretrained import load_pretrained
 
 # Importing a module registers its models, and every module is imported: a
 # new model is one new file.
@@ -19,4 +22,5 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f'{__name__}.{_module.name}')
 
 __all__ = ['create', 'list_models', 'register', 'spec', 'ModelSpec',
-           'input_shape', 'model_info', 'num_params', 'ModelInfo']
+           'input_shape', 'model_info', 'num_params', 'ModelInfo',
+           'load_pretrained']

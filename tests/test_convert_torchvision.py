@@ -1,0 +1,131 @@
+"""torchvision ResNets converted to the zoo's, verified against torchvision.
+
+Each test builds torchvision's model with random weights (every BatchNorm
+scale, bias and running statistic random too), saves its state dict,
+converts the file and compares float32 logits: the largest difference
+relative to the largest logit must be at most 1e-5 (measured: about 1e-6).
+Needs torch and torchvision (the convert-test extra); skipped without them.
+"""
+
+import numpy as np
+import pytest
+
+from tests.convert_helpers import hide_triton
+
+# Imported at collection (importing torch starts a process, which the fast
+# tier does not allow inside a test); a skip that names the extra otherwise.
+hide_triton()
+torch = pytest.importorskip(
+    'torch', reason='needs torch: pip install -e .[convert-test]')
+torchvision = pytest.importorskip(
+    'torchvision', reason='needs torchvision: pip install -e .[convert-test]')
+safetensors_torch = pytest.importorskip(
+    'safetensors.torch', reason='needs safetensors: pip install -e '
+    '.[convert-test]')
+
+# pylint: disable=wrong-import-position
+import jax
+
+import zoo
+from tests.convert_helpers import (RTOL, assert_exactly_once, images,
+                                   randomize_torch, relative_difference,
+                                   torch_logits, zoo_logits)
+from zoo import convert
+
+
+def _reference(name: str, tmp_path, fmt: str = 'safetensors', seed: int = 0,
+               **kwargs):
+  model = randomize_torch(getattr(torchvision.models, name)(**kwargs), seed)
+  path = tmp_path / f'{name}.{fmt}'
+  if fmt == 'safetensors':
+    safetensors_torch.save_file(model.state_dict(), str(path))
+  else:
+    torch.save(model.state_dict(), path)
+  return model, path
+
+
+def _check(name, tmp_path, fmt):
+  model, path = _reference(name, tmp_path, fmt)
+  converted = convert.load(path, 'torchvision')
+  assert converted.name == name
+  assert converted.kwargs == {'num_classes': 1000}
+  assert_exactly_once(converted, model.state_dict(), name, converted.kwargs)
+  x = images(2, 64)
+  difference = relative_difference(
+      zoo_logits(name, converted.kwargs, converted.variables, x),
+      torch_logits(model, x))
+  assert difference <= RTOL, difference
+
+
+@pytest.mark.parametrize('name,fmt', [('resnet18', 'safetensors'),
+                                      ('resnet50', 'pth')])
+def test_resnets_give_torchvisions_logits(name, fmt, tmp_path):
+  _check(name, tmp_path, fmt)
+
+
+@pytest.mark.slow  # Deeper nets: the same code, 10-60 s each to compile.
+@pytest.mark.parametrize('name', ['resnet34', 'resnet101', 'resnet152'])
+def test_deeper_resnets_give_torchvisions_logits(name, tmp_path):
+  _check(name, tmp_path, 'safetensors')
+
+
+def test_statistics_and_scales_matter(tmp_path):
+  """The comparison can fail: a BatchNorm's running variance or scale off by
+  a little changes the logits by far more than the tolerance."""
+  model, path = _reference('resnet18', tmp_path)
+  converted = convert.load(path)
+  x = images(2, 64)
+  reference = torch_logits(model, x)
+  for variable in (('batch_stats', 'BasicBlock_3', 'BatchNorm_1', 'var'),
+                   ('params', 'BasicBlock_3', 'BatchNorm_1', 'scale')):
+    tree = converted.variables
+    for key in variable[:-1]:
+      tree = tree[key]
+    tree[variable[-1]] = tree[variable[-1]] * 1.01
+    assert relative_difference(
+        zoo_logits('resnet18', converted.kwargs, converted.variables, x),
+        reference) > 100 * RTOL
+    tree[variable[-1]] = tree[variable[-1]] / 1.01
+
+
+@pytest.mark.slow  # Compiles the ResNet's initialization: 10-15 s.
+def test_another_number_of_classes_reinitializes_the_head(tmp_path, caplog):
+  model, path = _reference('resnet18', tmp_path, num_classes=7)
+  with caplog.at_level('WARNING'):
+    net, variables = zoo.load_pretrained('resnet18', path, num_classes=10)
+  assert 'Dense_0/kernel' in caplog.text and '7 classes, not 10' in caplog.text
+  assert variables['params']['Dense_0']['kernel'].shape == (512, 10)
+  # The model's own initialization (seed 0), as a fresh model has it.
+  fresh = jax.jit(net.init)(jax.random.PRNGKey(0),
+                            np.zeros((1, 224, 224, 3), np.float32))
+  np.testing.assert_array_equal(variables['params']['Dense_0']['kernel'],
+                                fresh['params']['Dense_0']['kernel'].value)
+  # Everything else is torchvision's.
+  np.testing.assert_array_equal(
+      variables['batch_stats']['BatchNorm_0']['var'],
+      model.bn1.running_var.numpy())
+  _, same = zoo.load_pretrained('resnet18', path)
+  assert same['params']['Dense_0']['kernel'].shape == (512, 7)
+
+
+def test_a_file_of_another_model_names_the_first_tensor_that_does_not_fit(
+    tmp_path):
+  model, path = _reference('resnet18', tmp_path)
+  with pytest.raises(ValueError, match=r"tensor 'layer1\.0\.conv1\.weight' "
+                     r'has shape \(64, 64, 3, 3\) where resnet50 needs '
+                     r'\(64, 64, 1, 1\)'):
+    zoo.load_pretrained('resnet50', path)
+  state = {k: v.numpy() for k, v in model.state_dict().items()}
+  missing = {k: v for k, v in state.items() if k != 'layer2.1.bn2.bias'}
+  with pytest.raises(ValueError, match=r"no tensor 'layer2\.1\.bn2\.bias'"):
+    convert.convert(missing, 'torchvision')
+  extra = {**state, 'layer2.1.extra.weight': np.zeros(3, np.float32)}
+  with pytest.raises(ValueError, match=r"'layer2\.1\.extra\.weight' has no "
+                     'place in resnet18'):
+    convert.convert(extra, 'torchvision')
+  wide = {k: v.numpy() for k, v in
+          torchvision.models.resnet34().state_dict().items()
+          if not k.startswith('layer4.2')}
+  with pytest.raises(ValueError, match=r'not a torchvision ResNet-18/34/50/'
+                     r'101/152: its stages have \(3, 4, 6, 2\) basic'):
+    convert.convert(wide, 'torchvision')

@@ -1,0 +1,88 @@
+"""Pretrained weights of other libraries as the zoo's models.
+
+    converted = zoo.convert.load('resnet50.pth')       # the source is detected
+    model = zoo.create(converted.name, **converted.kwargs)
+    logits = model.apply(converted.variables, images)
+
+or in one call `zoo.load_pretrained('resnet50', 'resnet50.pth')` (zoo/
+pretrained.py), and on the command line `python -m zoo.convert
+--source=torchvision SRC_FILE DST_DIR`, which writes an orbax checkpoint that
+`--config.init_from=DST_DIR` fine-tunes from (zoo/convert/__main__.py).
+
+Sources, one module each:
+  torchvision  ResNet-18/34/50/101/152 state dicts     torchvision_resnet.py
+  timm         ViT-Ti/S/B/L state dicts (exact GELU)   timm_vit.py
+  big_vision   Google's ViT .npz files (tanh GELU)     big_vision_vit.py
+Files are read by files.py (.safetensors without torch; .pth with torch;
+.npz); transfer.py checks that every tensor is used exactly once and every
+variable set exactly once, and names the first tensor that does not fit.
+"""
+
+import os
+from types import ModuleType
+from typing import Mapping
+
+import numpy as np
+
+from zoo.convert import (big_vision_vit, files, timm_vit,
+                         torchvision_resnet)
+from zoo.convert.transfer import ConversionError, Converted
+
+SOURCES: dict[str, ModuleType] = {
+    torchvision_resnet.SOURCE: torchvision_resnet,
+    timm_vit.SOURCE: timm_vit,
+    big_vision_vit.SOURCE: big_vision_vit,
+}
+
+
+def detect(tensors: Mapping[str, np.ndarray]) -> str | None:
+  """The source whose names `tensors` have, or None."""
+  for source, module in SOURCES.items():
+    if module.matches(tensors):
+      return source
+  return None
+
+
+def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
+            file: str = 'the checkpoint', name: str | None = None,
+            num_classes: int | None = None,
+            image_size: int | None = None) -> Converted:
+  """`tensors` of a `source` checkpoint (None: detected) as the zoo model
+  `name` (None: the file's; a zoo name or timm's ViT name).
+
+  A `num_classes` other than the file's leaves the head to initialization
+  (`Converted.initialized`); `image_size` (ViTs) resizes the position
+  embedding. A ConversionError names the first tensor that does not fit.
+  """
+  found = detect(tensors)
+  if source is None:
+    source = found
+    if source is None:
+      first = ', '.join(repr(n) for n in list(tensors)[:3])
+      raise ConversionError(
+          f'{file} is not a checkpoint of {", ".join(SOURCES)}: its tensors '
+          f'are named {first}, ...')
+  elif source not in SOURCES:
+    raise ConversionError(f'unknown source {source!r}; choose one of '
+                          f'{", ".join(SOURCES)}.')
+  elif not SOURCES[source].matches(tensors):
+    what = f'a {found} checkpoint' if found else 'not one'
+    first = next(iter(tensors), None)
+    raise ConversionError(f'{file} is {what} (its first tensor is {first!r}),'
+                          f' not a {source} checkpoint; give the source it '
+                          'comes from.')
+  if image_size is not None and image_size <= 0:
+    raise ConversionError(f'image_size must be positive, not {image_size}.')
+  return SOURCES[source].convert(tensors, file, name, num_classes, image_size)
+
+
+def load(path: str | os.PathLike, source: str | None = None,
+         name: str | None = None, num_classes: int | None = None,
+         image_size: int | None = None) -> Converted:
+  """The checkpoint file at `path` converted: see `convert`."""
+  return convert(files.read(path), source, os.fspath(path), name,
+                 num_classes, image_size)
+
+
+__all__ = ['ConversionError', 'Converted', 'SOURCES', 'convert', 'detect',
+           'load']

@@ -1,0 +1,46 @@
+"""A converted model as a checkpoint that `--config.init_from=DIR` reads.
+
+The layout is that of the recipes' own checkpoints (recipes/checkpoints.py):
+orbax's CheckpointManager in DIR with one step, `DIR/0/default`, a PyTree
+{'params': ..., 'batch_stats': ...} (batch statistics only for models that
+have them). Next to it, `DIR/model.json` records the zoo model, the
+`zoo.create` arguments the weights need, the source and the file.
+"""
+
+import json
+import os
+from typing import Any
+
+from zoo.convert.transfer import ConversionError, Converted
+
+MODEL_FILE = 'model.json'
+
+
+def save(converted: Converted, directory: str | os.PathLike,
+         file: str) -> dict[str, Any]:
+  """Writes `converted` (from `file`) to `directory`, which must be empty
+  or new; returns what model.json says."""
+  # pylint: disable=import-outside-toplevel
+  # Here, not above: `import zoo` (which imports every module) stays light.
+  import orbax.checkpoint as ocp
+  from etils import epath
+  path = epath.Path(directory)
+  if path.exists():
+    if not path.is_dir():
+      raise ConversionError(f'{directory} is a file; give a new or empty '
+                            'directory.')
+    if any(path.iterdir()):
+      raise ConversionError(f'{directory} is not empty; give a new or empty '
+                            'directory (nothing there is overwritten).')
+  tree = {k: v for k, v in converted.variables.items() if v}
+  with ocp.CheckpointManager(
+      path, item_handlers=ocp.StandardCheckpointHandler(),
+      options=ocp.CheckpointManagerOptions(create=True)) as mngr:
+    mngr.save(0, args=ocp.args.StandardSave(tree))
+    mngr.wait_until_finished()
+  record = {'model': converted.name, 'model_kwargs': converted.kwargs,
+            'source': converted.source, 'file': os.path.abspath(file),
+            'not_carried_over': {k: v for k, v in converted.ignored.items()
+                                 if v != 'a step counter'}}
+  (path / MODEL_FILE).write_text(json.dumps(record, indent=2) + '\n')
+  return record

@@ -1,0 +1,129 @@
+"""Reading a checkpoint file into {name: numpy array}, in the file's order.
+
+- `.safetensors`: parsed here with numpy (the format is an 8-byte header
+  length, a JSON table of dtype, shape and byte offsets, then the raw
+  little-endian bytes), so reading one needs neither torch nor the
+  `safetensors` package.
+- `.pth`, `.pt`, `.bin`: a pickled PyTorch state dict, read with
+  `torch.load(..., weights_only=True)`, so these need torch. A training
+  checkpoint that wraps the state dict (under 'state_dict', 'model' or
+  'state_dict_ema') and the 'module.' prefix of DistributedDataParallel are
+  unwrapped.
+- `.npz`: numpy's archive, as Google's JAX ViT code and big_vision save
+  them; bfloat16 arrays, which numpy stores as 2-byte void, are recovered.
+"""
+
+import json
+import os
+import struct
+
+import ml_dtypes
+import numpy as np
+
+from zoo.convert.transfer import ConversionError
+
+EXTENSIONS = ('.safetensors', '.pth', '.pt', '.bin', '.npz')
+
+_SAFETENSORS_DTYPES = {
+    'BOOL': np.bool_, 'U8': np.uint8, 'I8': np.int8, 'U16': np.uint16,
+    'I16': np.int16, 'U32': np.uint32, 'I32': np.int32, 'U64': np.uint64,
+    'I64': np.int64, 'F16': np.float16, 'F32': np.float32, 'F64': np.float64,
+    'BF16': ml_dtypes.bfloat16, 'F8_E4M3': ml_dtypes.float8_e4m3fn,
+    'F8_E5M2': ml_dtypes.float8_e5m2,
+}
+
+
+def read(path: str | os.PathLike) -> dict[str, np.ndarray]:
+  """The tensors of the checkpoint file at `path`, by name."""
+  path = os.fspath(path)
+  if not os.path.isfile(path):
+    raise ConversionError(f'checkpoint file {path!r} not found.')
+  ext = os.path.splitext(path)[1].lower()
+  if ext == '.safetensors':
+    return read_safetensors(path)
+  if ext in ('.pth', '.pt', '.bin'):
+    return read_torch(path)
+  if ext == '.npz':
+    return read_npz(path)
+  raise ConversionError(f'cannot read {path!r}: the file name must end in '
+                        f'{", ".join(EXTENSIONS)}.')
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """A .safetensors file's tensors, memory-mapped, without torch."""
+  size = os.path.getsize(path)
+  with open(path, 'rb') as f:
+    start = f.read(8)
+    header_size = struct.unpack('<Q', start)[0] if len(start) == 8 else -1
+    if not 0 < header_size <= size - 8:
+      raise ConversionError(f'{path!r} is not a safetensors file (its header '
+                            'length is wrong): damaged, or of another format?')
+    try:
+      header = json.loads(f.read(header_size))
+    except ValueError as e:
+      raise ConversionError(f'{path!r} is not a safetensors file (its header '
+                            f'is not JSON: {e}).') from None
+  data = np.memmap(path, np.uint8, mode='r', offset=8 + header_size)
+  tensors = {}
+  for name, entry in header.items():
+    if name == '__metadata__':
+      continue
+    dtype = _SAFETENSORS_DTYPES.get(entry.get('dtype'))
+    if dtype is None:
+      raise ConversionError(f'{path!r}: tensor {name!r} has dtype '
+                            f'{entry.get("dtype")!r}, which is not supported.')
+    shape = tuple(entry['shape'])
+    begin, end = entry['data_offsets']
+    if end - begin != np.dtype(dtype).itemsize * int(np.prod(shape)) or (
+        end > data.size):
+      raise ConversionError(f'{path!r}: tensor {name!r} does not fit its '
+                            'bytes (a truncated or damaged file?).')
+    tensors[name] = data[begin:end].view(dtype).reshape(shape)
+  return tensors
+
+
+def read_torch(path: str) -> dict[str, np.ndarray]:
+  """A PyTorch state dict saved with torch.save."""
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise ConversionError(
+        f'reading {path!r} needs torch (pip install torch); or save its '
+        'state dict as .safetensors, which reads without it.') from None
+  try:
+    loaded = torch.load(path, map_location='cpu', weights_only=True)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ConversionError(f'torch cannot read {path!r} ({type(e).__name__}: '
+                          f'{" ".join(str(e).split())[:200]}).') from None
+  for key in ('state_dict_ema', 'state_dict', 'model'):
+    if isinstance(loaded, dict) and isinstance(loaded.get(key), dict):
+      loaded = loaded[key]
+      break
+  if not isinstance(loaded, dict) or not all(
+      isinstance(v, torch.Tensor) for v in loaded.values()):
+    raise ConversionError(f'{path!r} holds no state dict (a dict of tensors '
+                          f'by name) but a {type(loaded).__name__}.')
+  if loaded and all(k.startswith('module.') for k in loaded):
+    loaded = {k.removeprefix('module.'): v for k, v in loaded.items()}
+
+  def to_numpy(tensor):
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+      return tensor.float().numpy().astype(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+  return {name: to_numpy(tensor) for name, tensor in loaded.items()}
+
+
+def read_npz(path: str) -> dict[str, np.ndarray]:
+  """A numpy .npz archive of arrays named by their '/'-joined paths."""
+  try:
+    with np.load(path, allow_pickle=False) as archive:
+      tensors = {name: archive[name] for name in archive.files}
+  except Exception as e:  # pylint: disable=broad-except
+    raise ConversionError(f'numpy cannot read {path!r} as .npz '
+                          f'({type(e).__name__}: {e}).') from None
+  return {name: (array.view(ml_dtypes.bfloat16)
+                 if array.dtype.kind == 'V' and array.dtype.itemsize == 2
+                 else array)
+          for name, array in tensors.items()}

@@ -1,0 +1,38 @@
+"""The classifier head: carried over when the number of classes is the
+file's, else left to the model's initialization (fine-tuning on a new
+task)."""
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from zoo.convert.transfer import ConversionError, Transfer
+
+
+def classes(tensors: Mapping[str, np.ndarray], bias: str, file: str,
+            num_classes: int | None) -> tuple[int | None, int]:
+  """(the file's number of classes or None without a head, the model's)."""
+  file_classes = int(tensors[bias].shape[-1]) if bias in tensors else None
+  if num_classes is None and file_classes is None:
+    raise ConversionError(f'{file} has no classifier head ({bias!r}); give '
+                          'the number of classes.')
+  if num_classes is not None and num_classes <= 0:
+    raise ConversionError(f'num_classes must be positive, not {num_classes}.')
+  return file_classes, num_classes or file_classes
+
+
+def move(t: Transfer, weight: str, bias: str, target: str,
+         axes: Sequence[int], file_classes: int | None, num_classes: int):
+  """Tensors `weight` and `bias` to `target`/kernel and `target`/bias when
+  the classes agree; otherwise both are read, set aside and the head is left
+  to initialization."""
+  if file_classes == num_classes:
+    t.move(weight, f'{target}/kernel', axes)
+    t.move(bias, f'{target}/bias')
+    return
+  if file_classes is not None:
+    why = f'a head for {file_classes} classes, not {num_classes}'
+    t.ignore(weight, why)
+    t.ignore(bias, why)
+  t.leave(f'{target}/kernel')
+  t.leave(f'{target}/bias')
