@@ -107,6 +107,7 @@ def test_a_file_of_another_model_names_the_first_tensor_that_does_not_fit(
     zoo.load_pretrained('resnet50', path)
 
 
+@pytest.mark.slow  # Compiles two ViTs.
 def test_a_larger_image_size_resizes_the_position_embedding(tmp_path):
   scipy_ndimage = pytest.importorskip('scipy.ndimage')
   model, path = _reference('vit_tiny_patch16_224', tmp_path)

@@ -58,7 +58,8 @@ def _check(name, tmp_path, fmt):
 
 
 @pytest.mark.parametrize('name,fmt', [('resnet18', 'safetensors'),
-                                      ('resnet50', 'pth')])
+                                      pytest.param('resnet50', 'pth',
+                                                   marks=pytest.mark.slow)])
 def test_resnets_give_torchvisions_logits(name, fmt, tmp_path):
   _check(name, tmp_path, fmt)
 

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.slow
 
 
 def _one_step(name: str, cross_device: bool):
-  config = tiny_config(model='resnet18', strategy=name,
+  config = tiny_config(model='resnet20', strategy=name,
                        cross_device_batch_norm=cross_device)
-  config.model_kwargs = zoo.spec('resnet18').test_kwargs
+  config.model_kwargs = zoo.spec('resnet20').test_kwargs
   strategy_class = strategies.get(name)
   model = experiment.create_model(config, 10, strategy_class.batch_axis)
   strategy = strategy_class.from_config(config, model, optax.sgd(0.1),

@@ -138,6 +138,7 @@ def test_accumulated_micro_batches_equal_one_big_batch():
                              acc_metrics['accuracy'])
 
 
+@pytest.mark.slow
 def test_accumulation_with_batch_norm_updates_statistics_per_micro_batch():
   # Documented difference: each micro-batch normalizes with its own
   # statistics, so batch-norm models do not equal one big batch exactly.
@@ -197,9 +198,10 @@ def test_top5_accuracy_on_a_hand_made_example():
       metrics.top_k_correct(logits[:, :3], np.array([0, 1, 2, 0]), 5), 1)
 
 
-@pytest.mark.parametrize('rules', [UpdateRules(grad_accum_steps=2),
-                                   UpdateRules(ema_decay=0.5,
-                                               mixup_alpha=0.2)])
+@pytest.mark.parametrize('rules', [
+    UpdateRules(grad_accum_steps=2),
+    pytest.param(UpdateRules(ema_decay=0.5, mixup_alpha=0.2),
+                 marks=pytest.mark.slow)])
 def test_skipped_nonfinite_updates_keep_every_part(rules):
   rules = dataclasses.replace(rules, skip_nonfinite_updates=True)
   state = _state(rules)

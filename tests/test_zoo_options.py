@@ -74,7 +74,7 @@ def _loss_and_grads(model, variables, x):
 @pytest.mark.parametrize('name, option', [
     ('vit_ti16', dict(dropout_rate=0.3)),
     ('vit_ti16', dict(drop_path_rate=0.5)),
-    ('resnet18', dict(drop_path_rate=0.5)),
+    pytest.param('resnet18', dict(drop_path_rate=0.5), marks=pytest.mark.slow),
 ])
 def test_dropout_and_drop_path_change_training_not_evaluation(name, option):
   plain, x = _small(name)
@@ -143,6 +143,8 @@ def test_drop_path_rates_rise_linearly_over_the_blocks(monkeypatch):
 
 # Remat.
 
+# Compiles a full-width model or several: the slow tier.
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['vit_ti16', 'resnet18'])
 def test_remat_gives_the_same_parameters_loss_and_gradients(name):
   plain, x = _small(name)
@@ -263,6 +265,8 @@ def test_sincos2d_and_gap_have_no_parameters_and_enter_as_big_vision():
       rtol=1e-5, atol=1e-5)
 
 
+# Compiles a full-width model or several: the slow tier.
+@pytest.mark.slow
 def test_pre_logits_is_a_dense_layer_and_tanh_before_the_head():
   plain, x = _small('vit_ti16')
   model = plain.clone(pre_logits=24)
@@ -303,6 +307,8 @@ def test_big_vision_vit_s16_parameter_counts():
 
 # ResNet padding and kernel init.
 
+# Compiles a full-width model or several: the slow tier.
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['resnet18', 'resnet20'])
 def test_same_padding_differs_from_torchvision_at_even_sizes_only(name):
   torchvision, _ = _small(name, zero_init_last_bn=False)
