@@ -171,11 +171,14 @@ def _check_fits(saved: dict, wanted: dict, where: str):
     if saved.get(name) != wanted.get(name):
       there = f'shape {saved[name]}' if name in saved else 'missing'
       here = f'shape {wanted[name]}' if name in wanted else 'missing'
+      cause = ('it was saved with a different --config.ema_decay (a moving '
+               'average or none); resume with the setting it was saved with'
+               if name.startswith('ema_params/') else
+               'another model, size or optimizer?')
       raise UserError(
           f'the checkpoint {where} does not fit this run: {name} is {there} '
-          f'there and {here} here (another model, size or optimizer?). '
-          'Use another --workdir, or move its checkpoints away to start '
-          'afresh.')
+          f'there and {here} here ({cause}). Use another --workdir, or move '
+          'its checkpoints away to start afresh.')
 
 
 def _set_aside(mngr: ocp.CheckpointManager, step: int):

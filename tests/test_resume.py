@@ -14,12 +14,13 @@ from recipes.errors import UserError
 from tests.helpers import saved_params, tiny_config
 
 
-def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn'):
+def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn',
+         **overrides):
   config = tiny_config(dataset='fashion_mnist_idx', data_dir=data_dir,
                        num_train_steps=num_steps, strategy=strategy,
                        model=model,
                        checkpoint_every_steps=3, log_every_steps=2,
-                       eval_every_steps=4)
+                       eval_every_steps=4, **overrides)
   return loop.train_and_evaluate(config, str(workdir))
 
 
@@ -103,4 +104,14 @@ def test_a_checkpoint_of_another_model_is_an_error_and_is_kept(data_dir,
       r'does not fit this run: params/Dense_0/bias is shape \(256,\) there '
       r'and shape \(512,\) here')):
     _run(data_dir, tmp_path, 6, model='mlp')
+  assert _files(tmp_path / 'checkpoints') == before
+
+
+def test_turning_the_average_on_when_resuming_is_an_error_and_keeps_all(
+    data_dir, tmp_path):
+  _run(data_dir, tmp_path, 3)
+  before = _files(tmp_path / 'checkpoints')
+  with pytest.raises(UserError, match='saved with a different '
+                     r'--config.ema_decay'):
+    _run(data_dir, tmp_path, 6, ema_decay=0.9)
   assert _files(tmp_path / 'checkpoints') == before
