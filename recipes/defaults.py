@@ -59,8 +59,10 @@ def get_config() -> ml_collections.ConfigDict:
   # under eval_<name>/, e.g. {'minival': 'train[99%:]'} with
   # train_split='train[:99%]'. TFDS slicing syntax works for every dataset.
   config.extra_eval_splits = ml_collections.ConfigDict()
-  # Preprocessing (recipes/data/preprocess.py): augment none | cifar | imagenet
-  # (imagenet takes a streamed dataset's JPEGs, crops to image_size);
+  # Preprocessing (recipes/data/preprocess.py): augment none | cifar |
+  # imagenet (takes a streamed dataset's JPEGs, crops to image_size) |
+  # finetune (random crop of decoded images resized to image_size, as
+  # vision_transformer fine-tunes);
   # normalize '' | cifar10 | imagenet (per-channel mean/std) |
   # minus_one_to_one (values in [-1, 1], as big_vision's value_range(-1, 1)).
   config.augment = 'none'

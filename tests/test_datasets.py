@@ -70,13 +70,17 @@ def test_a_jpeg_preset_on_a_dataset_in_memory_is_one_line(tmp_path):
 @pytest.mark.parametrize('augment', list(AUGMENTATIONS))
 def test_a_streamed_name_streams_whatever_the_augment(mock_tfds, augment):
   prep = Preprocessing(augment, image_size=32)
-  if not prep.takes_jpeg:  # ImageNet's images differ in size.
+  if not prep.augmentation.resizes:  # ImageNet's images differ in size.
     with pytest.raises(UserError, match='images of varying sizes'):
       datasets.load('imagenet2012', None, 'train', 'validation', prep)
     return
   data = datasets.load('imagenet2012', None, 'train', 'validation', prep)
   assert isinstance(data, streaming.StreamingDataset)
   assert isinstance(data, Dataset)
+  if not prep.takes_jpeg:  # Decoded images of every size, resized.
+    batch = next(data.train_batches(batch_size=4, seed=0, start_step=0,
+                                    num_steps=1))
+    assert batch['image'].shape == (4, 32, 32, 3)
 
 
 def test_an_unlisted_tfds_name_is_in_memory_unless_streamed(mock_tfds):
@@ -95,6 +99,23 @@ def test_an_unlisted_tfds_name_is_in_memory_unless_streamed(mock_tfds):
   assert all(b['image'].dtype == np.float32 for b in batches)
   evals = list(streamed.eval_batches(batch_size=16))
   assert sum(int(b['mask'].sum()) for b in evals) == 24
+
+
+def test_finetune_gives_the_model_cifar10_at_its_resolution(mock_tfds):
+  prep = Preprocessing('finetune', 'minus_one_to_one', image_size=48)
+  data = datasets.load('cifar10', None, 'train', 'test', prep)
+  assert isinstance(data, in_memory.InMemoryDataset)
+  batch = next(data.train_batches(batch_size=8, seed=0, start_step=0,
+                                  num_steps=1))
+  assert batch['image'].shape == (8, 48, 48, 3)
+  assert next(data.eval_batches(batch_size=8))['image'].shape == (
+      8, 48, 48, 3)
+
+
+def test_the_model_is_built_for_the_finetune_resolution(mock_tfds):
+  prep = Preprocessing('finetune', 'minus_one_to_one', image_size=48)
+  data = datasets.load('cifar10', None, 'train', 'test', prep)
+  assert data.image_shape == (48, 48, 3)
 
 
 def test_unknown_names_suggest_close_ones():
@@ -145,3 +166,11 @@ def test_colour_statistics_on_grey_images_are_one_line(tmp_path, mock_tfds,
     with pytest.raises(UserError, match='has statistics for 3 channels') as e:
       datasets.load(name, str(tmp_path), preprocessing=prep)
     assert '\n' not in str(e.value)
+
+
+def test_images_of_varying_sizes_are_not_read_into_memory(mock_tfds):
+  prep = Preprocessing('finetune', image_size=32)
+  with pytest.raises(UserError, match='cannot be held in memory') as error:
+    datasets.load('imagenet2012', None, 'train', 'validation', prep,
+                  data_source='memory')
+  assert '\n' not in str(error.value)

@@ -117,3 +117,90 @@ def test_streaming_imagenet_batches_and_padded_eval(monkeypatch):
   assert len(evals) == 3
   assert sum(int(b['mask'].sum()) for b in evals) == 21
   assert not evals[-1]['mask'][-3:].any()
+
+
+def _cifar_image(seed=0):
+  rng = np.random.default_rng(seed)
+  return tf.constant(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
+
+
+def test_finetune_resizes_32x32_images_to_the_model_resolution():
+  prep = Preprocessing('finetune', image_size=224)
+  image = _cifar_image()
+  assert prep.image_shape((32, 32, 3)) == (224, 224, 3)
+  assert prep.image_shape((None, None, 1)) == (224, 224, 1)
+  # Training: pixel values in [0, 255], for RandAugment to follow.
+  pixels = prep.augment_example(image, _seed(0))['pixels'].numpy()
+  assert pixels.shape == (224, 224, 3) and pixels.dtype == np.float32
+  assert 0 <= pixels.min() and pixels.max() <= 255 and pixels.max() > 1
+  train = prep.train(image, _seed(0)).numpy()
+  np.testing.assert_allclose(train, pixels / 255, rtol=1e-6)
+  # Evaluation: scaled to [0, 1], one image or a batch.
+  evaluated = prep.eval(image).numpy()
+  assert evaluated.shape == (224, 224, 3) and evaluated.dtype == np.float32
+  assert 0 <= evaluated.min() and evaluated.max() <= 1
+  batch = prep.eval(tf.stack([image, _cifar_image(1)])).numpy()
+  assert batch.shape == (2, 224, 224, 3)
+  np.testing.assert_array_equal(batch[0], evaluated)
+  normalized = Preprocessing('finetune', 'minus_one_to_one', image_size=224)
+  out = normalized.train(image, _seed(0)).numpy()
+  assert -1 <= out.min() and out.max() <= 1 and out.min() < 0
+
+
+def test_finetune_eval_is_a_bilinear_resize_of_the_whole_image():
+  prep = Preprocessing('finetune', image_size=224)
+  images = tf.stack([_cifar_image(0), _cifar_image(1)])
+  want = tf.image.resize(tf.cast(images, tf.float32) / 255.0, [224, 224])
+  np.testing.assert_allclose(prep.eval(images).numpy(), want.numpy(),
+                             atol=1e-6)
+  np.testing.assert_allclose(prep.eval(images[1]).numpy(), want[1].numpy(),
+                             atol=1e-6)
+
+
+def test_finetune_crops_are_a_function_of_seed_and_example():
+  prep = Preprocessing('finetune', image_size=64)
+  image = _cifar_image()
+  outputs = [prep.train(image, _seed(i)).numpy() for i in range(8)]
+  assert len({o.tobytes() for o in outputs}) == 8  # Each example its own.
+  for i in (0, 5):
+    np.testing.assert_array_equal(prep.train(image, _seed(i)).numpy(),
+                                  outputs[i])
+  other_seed = prep.train(image, tf.constant([8, 0], tf.int64)).numpy()
+  assert not np.array_equal(other_seed, outputs[0])
+
+
+def test_finetune_crop_covers_5_to_100_percent_and_flips():
+  """Pixels that hold their column and row show each crop's window."""
+  y, x = np.mgrid[:32, :32]
+  image = tf.constant(np.stack([x * 8, y * 8, x * 0], -1).astype(np.uint8))
+  areas, flips = [], 0
+  for i in range(200):
+    out = preprocess.finetune_crop_flip(image, _seed(i), 96).numpy()
+    columns, rows = out[..., 0] / 8, out[..., 1] / 8
+    # A bilinear upscale keeps the edge pixels' values at the edges.
+    width = columns.max() - columns.min() + 1
+    height = rows.max() - rows.min() + 1
+    areas.append(width * height / 32**2)
+    flips += columns[0, 0] > columns[0, -1]
+    assert np.all(np.diff(rows[:, 0]) >= -1e-4)  # Never flipped upside down.
+  assert 0.05 - 0.01 <= min(areas) < 0.07 and 0.9 < max(areas) <= 1
+  assert 70 <= flips <= 130
+
+
+def test_finetune_batches_from_memory_have_the_configured_size():
+  rng = np.random.default_rng(0)
+  split = {'image': rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8),
+           'label': np.arange(16) % 10}
+  for layers in (0, 2):  # RandAugment follows the crop at the new size.
+    prep = Preprocessing('finetune', 'minus_one_to_one', image_size=48,
+                         randaugment_layers=layers)
+    train = list(in_memory.train_batches(split, batch_size=8, seed=0,
+                                         start_step=0, num_steps=3,
+                                         preprocessing=prep))
+    assert [b['image'].shape for b in train] == [(8, 48, 48, 3)] * 3
+    assert all(b['image'].dtype == np.float32 for b in train)
+    assert all(-1 <= b['image'].min() and b['image'].max() <= 1
+               for b in train)
+  evals = list(in_memory.eval_batches(split, batch_size=8,
+                                      preprocessing=prep))
+  assert [b['image'].shape for b in evals] == [(8, 48, 48, 3)] * 2

@@ -36,7 +36,8 @@ from recipes import defaults
 from tests.helpers import ROOT
 
 REFERENCE_CONFIGS = ('imagenet_resnet50_tpu', 'imagenet_resnet50_gpu',
-                     'imagenet_vit_s16', 'imagenet_vit_b16_pod')
+                     'imagenet_vit_s16', 'imagenet_vit_b16_pod',
+                     'imagenet_vit_b16_finetune', 'cifar10_vit_b16_finetune')
 
 # Cells the check reads, and fields a table need not mention.
 _NOTHING = ('—', '-', '')

@@ -103,6 +103,12 @@ def _read_idx(name, data_dir, train_split, eval_splits, preprocessing):
 def _read_tfds_into_memory(name, data_dir, train_split, eval_splits,
                            preprocessing):
   builder = _builder(name, data_dir, preprocessing)
+  if None in tfds_source.stored_image_shape(builder):
+    raise UserError(
+        f'dataset {name!r} has images of varying sizes, which cannot be held '
+        'in memory as one array; use --config.data_source=stream with '
+        '--config.augment=imagenet or finetune (both resize to '
+        '--config.image_size).')
   return InMemoryDataset(
       train=tfds_source.read_split(builder, train_split),
       evals={s: tfds_source.read_split(builder, s) for s in eval_splits},

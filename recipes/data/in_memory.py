@@ -151,7 +151,8 @@ class InMemoryDataset:
 
   @property
   def image_shape(self) -> tuple[int, ...]:
-    return self.train['image'].shape[1:]
+    """The model's input: the stored shape, or the preset's resize of it."""
+    return self.preprocessing.image_shape(self.train['image'].shape[1:])
 
   @property
   def num_train(self) -> int:

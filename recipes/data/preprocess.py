@@ -9,6 +9,13 @@ Augmentations (`config.augment`), in AUGMENTATIONS:
   straight from the JPEG, resized to `image_size`, randomly flipped;
   evaluation resizes and takes the central crop (image_size / (image_size +
   32) of the shorter side).
+- 'finetune': decoded images of any size (CIFAR's 32x32 in memory, or a
+  streamed dataset's) at a pre-trained model's resolution, as
+  google-research/vision_transformer fine-tunes (vit_jax/input_pipeline.py
+  at c6de1e53, lines 197-213): training takes a random crop of 5%-100% of
+  the area (aspect 0.75-1.33, TF's default), resized bilinearly to
+  `image_size`, randomly flipped; evaluation resizes the whole image to
+  `image_size` x `image_size`.
 RandAugment (`config.randaugment_layers`, `config.randaugment_magnitude`;
 recipes/data/randaugment.py) follows the augmentation on training images, on
 pixel values before scaling; with layers > 0 training is random even for
@@ -114,6 +121,28 @@ def imagenet_eval(jpeg, image_size: int):
   return tf.clip_by_value(image, 0, 255) / 255.0
 
 
+def finetune_crop_flip(image, seed, image_size: int):
+  """vision_transformer's fine-tuning crop (tf.image.sample_distorted_
+  bounding_box over 5-100% of the area, no box to cover), resized bilinearly
+  to image_size x image_size, random flip; float32 pixel values in [0, 255]."""
+  seeds = tf.random.experimental.stateless_split(seed, 2)
+  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+      seed=seeds[0], min_object_covered=0, area_range=(0.05, 1.0),
+      use_image_if_no_bounding_boxes=True)
+  crop = tf.slice(image, begin, size)
+  crop.set_shape([None, None, image.shape[-1]])  # tf.slice loses it.
+  # Bilinear weights are convex: the values stay in [0, 255].
+  crop = tf.image.resize(crop, [image_size, image_size])
+  return tf.image.stateless_random_flip_left_right(crop, seeds[1])
+
+
+def finetune_eval(image, image_size: int):
+  """The whole image (or batch) resized bilinearly to image_size x
+  image_size, in [0, 1]."""
+  return tf.image.resize(scale(image), [image_size, image_size])
+
+
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
   """One preset: how stored images become float32 model inputs."""
@@ -122,18 +151,24 @@ class Augmentation:
   # or float32 after a resize); None: the stored image, and training images
   # get `eval` (on whole batches) unless RandAugment makes them random.
   train: Callable | None
-  # (image, image_size) -> image; also on a batch unless takes_jpeg.
+  # (image, image_size) -> image in [0, 1]; also on a batch unless
+  # takes_jpeg.
   eval: Callable
-  # Takes encoded JPEG bytes, which only streamed datasets keep, and
-  # returns image_size x image_size crops; others keep the stored size.
+  # Takes encoded JPEG bytes, which only streamed datasets keep (and makes
+  # 3-channel images of them).
   takes_jpeg: bool = False
+  # Both functions return image_size x image_size images, as float32; others
+  # keep the stored size.
+  resizes: bool = False
 
 
 AUGMENTATIONS = {
     'none': Augmentation(train=None, eval=scale),
     'cifar': Augmentation(train=cifar_crop_flip, eval=scale),
     'imagenet': Augmentation(train=imagenet_crop_flip, eval=imagenet_eval,
-                             takes_jpeg=True),
+                             takes_jpeg=True, resizes=True),
+    'finetune': Augmentation(train=finetune_crop_flip, eval=finetune_eval,
+                             resizes=True),
 }
 
 
@@ -168,7 +203,7 @@ class Preprocessing:
 
   augment: str = 'none'
   normalize: str = ''
-  image_size: int = 0  # Output side for presets that take JPEGs.
+  image_size: int = 0  # Output side for presets that resize.
   randaugment_layers: int = 0  # 0: no RandAugment.
   randaugment_magnitude: int = randaugment.MAX_LEVEL  # 0-10.
 
@@ -192,9 +227,10 @@ class Preprocessing:
                   ) -> tuple[int | None, ...]:
     """The shape of the model inputs made from images of shape `stored`
     (None: a dimension that varies)."""
-    if self.takes_jpeg:
-      return (self.image_size, self.image_size, 3)
-    return tuple(stored)
+    if not self.augmentation.resizes:
+      return tuple(stored)
+    channels = 3 if self.takes_jpeg else stored[-1]
+    return (self.image_size, self.image_size, channels)
 
   def check_channels(self, stored: tuple[int | None, ...]):
     """UserError unless the normalization fits images stored as `stored`."""
@@ -236,7 +272,7 @@ class Preprocessing:
       return self.eval(images)
     signature = {'pixels': tf.TensorSpec(
         self.image_shape(tuple(images.shape[1:])),
-        tf.float32 if self.takes_jpeg else images.dtype)}
+        tf.float32 if self.augmentation.resizes else images.dtype)}
     if self.randaugment_layers:
       signature['draws'] = tf.TensorSpec([self.randaugment_layers, 4],
                                          tf.float32)
