@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import pytest
 from flax import traverse_util
 
 import zoo
@@ -25,6 +26,17 @@ def hide_triton():
   process (segmentation fault) when it loads after TensorFlow's, as it
   would in the test processes. Call before importing torchvision or timm."""
   sys.modules.setdefault('triton', None)
+
+
+def originals(*names: str) -> list:
+  """The original libraries a test module checks against (torch,
+  torchvision, timm, ...), imported when the module is collected: importing
+  torch starts a process, which a fast-tier test may not do. Without them
+  the module is skipped, naming the extra that installs them."""
+  hide_triton()
+  return [pytest.importorskip(name, reason=f'needs {name.split(".")[0]}: '
+                              'pip install -e .[convert-test]')
+          for name in names]
 
 
 # Largest logit difference relative to the largest logit, float32.

@@ -11,18 +11,10 @@ convert-test extra); skipped without them.
 import numpy as np
 import pytest
 
-from tests.convert_helpers import hide_triton
+from tests.convert_helpers import originals
 
-# At collection: importing torch starts a process (not allowed in a fast
-# test), and Triton must be hidden before timm imports torchvision.
-hide_triton()
-torch = pytest.importorskip(
-    'torch', reason='needs torch: pip install -e .[convert-test]')
-timm = pytest.importorskip(
-    'timm', reason='needs timm: pip install -e .[convert-test]')
-safetensors_torch = pytest.importorskip(
-    'safetensors.torch', reason='needs safetensors: pip install -e '
-    '.[convert-test]')
+torch, timm, safetensors_torch = originals(
+    'torch', 'timm', 'safetensors.torch')
 
 # pylint: disable=wrong-import-position
 import zoo

@@ -10,18 +10,10 @@ Needs torch and torchvision (the convert-test extra); skipped without them.
 import numpy as np
 import pytest
 
-from tests.convert_helpers import hide_triton
+from tests.convert_helpers import originals
 
-# Imported at collection (importing torch starts a process, which the fast
-# tier does not allow inside a test); a skip that names the extra otherwise.
-hide_triton()
-torch = pytest.importorskip(
-    'torch', reason='needs torch: pip install -e .[convert-test]')
-torchvision = pytest.importorskip(
-    'torchvision', reason='needs torchvision: pip install -e .[convert-test]')
-safetensors_torch = pytest.importorskip(
-    'safetensors.torch', reason='needs safetensors: pip install -e '
-    '.[convert-test]')
+torch, torchvision, safetensors_torch = originals(
+    'torch', 'torchvision', 'safetensors.torch')
 
 # pylint: disable=wrong-import-position
 import jax
