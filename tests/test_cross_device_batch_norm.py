@@ -2,6 +2,8 @@
 shard_map the statistics are those of the whole global batch, as the sharded
 strategy computes them; without it, each device normalizes its own share."""
 
+import functools
+
 import jax
 import numpy as np
 import optax
@@ -17,6 +19,7 @@ from tests.helpers import tiny_config
 pytestmark = pytest.mark.slow
 
 
+@functools.cache  # The sharded reference serves both tests in a process.
 def _one_step(name: str, cross_device: bool):
   config = tiny_config(model='resnet20', strategy=name,
                        cross_device_batch_norm=cross_device)

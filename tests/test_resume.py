@@ -107,6 +107,7 @@ def test_a_checkpoint_of_another_model_is_an_error_and_is_kept(data_dir,
   assert _files(tmp_path / 'checkpoints') == before
 
 
+@pytest.mark.slow
 def test_turning_the_average_on_when_resuming_is_an_error_and_keeps_all(
     data_dir, tmp_path):
   _run(data_dir, tmp_path, 3)

@@ -11,6 +11,9 @@ import pytest
 from recipes import loop
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
+# The whole loop, a few times: the slow tier.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):

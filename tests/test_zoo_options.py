@@ -72,7 +72,7 @@ def _loss_and_grads(model, variables, x):
 # Dropout and drop path.
 
 @pytest.mark.parametrize('name, option', [
-    ('vit_ti16', dict(dropout_rate=0.3)),
+    pytest.param('vit_ti16', dict(dropout_rate=0.3), marks=pytest.mark.slow),
     ('vit_ti16', dict(drop_path_rate=0.5)),
     pytest.param('resnet18', dict(drop_path_rate=0.5), marks=pytest.mark.slow),
 ])
@@ -202,6 +202,7 @@ def test_mlp_gelu_is_tanh_or_exact(approximate):
                          atol=1e-5)
 
 
+@pytest.mark.slow
 def test_vit_passes_exact_gelu_to_its_blocks():
   tanh, x = _small('vit_ti16')
   variables = _init(tanh, x)
@@ -340,11 +341,13 @@ def test_same_padding_differs_from_torchvision_at_even_sizes_only(name):
 
 
 def test_conv_kernel_inits():
-  # A 1x1 conv from 64 to 256 channels: fan-in 64, fan-out 256.
+  # A 1x1 conv from 64 to 256 channels: fan-in 64, fan-out 256 (the last
+  # conv of a one-block ResNet-50).
   def kernel(kernel_init):
-    model, x = _small('resnet50', kernel_init=kernel_init)
+    model, x = _small('resnet50', kernel_init=kernel_init, num_filters=64,
+                      stage_sizes=(1,))
     params = jax.jit(model.init)(jax.random.PRNGKey(0), x)['params']
-    return np.asarray(nn.meta.unbox(params)['Bottleneck_3']['Conv_2']['kernel'])
+    return np.asarray(nn.meta.unbox(params)['Bottleneck_0']['Conv_2']['kernel'])
 
   he, lecun = kernel('he_fan_out'), kernel('lecun_normal')
   assert he.shape == lecun.shape == (1, 1, 64, 256)
