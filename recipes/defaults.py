@@ -116,8 +116,8 @@ def get_config() -> ml_collections.ConfigDict:
   # before one update: the update of the whole batch in less memory.
   config.grad_accum_steps = 1
   # Keep an exponential moving average of the parameters with this decay
-  # (e.g. 0.9999), evaluated next to them (eval_ema/) and checkpointed;
-  # 0 = none.
+  # (e.g. 0.9999), evaluated next to them (eval_ema/, with the trained
+  # batch-norm statistics) and checkpointed; 0 = none.
   config.ema_decay = 0.0
   # pmap and shard_map: batch-norm statistics over the whole global batch
   # instead of each device's share (the sharded strategy always does so).
