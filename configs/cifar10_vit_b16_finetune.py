@@ -98,35 +98,20 @@ evaluation      | every 100 steps                 | eval_every_steps=1_000; fewe
                 | (configs/common.py:54)          | final result
 """
 
-import ml_collections
-
-from configs import default
+from configs import imagenet_vit_b16_finetune
 
 
 def get_config():
-  config = default.get_config()
-  config.model = 'vit_b16'
+  # The same converted checkpoint, model and optimizer as the ImageNet
+  # fine-tuning; vit_jax's CIFAR-10 data, length and learning rate.
+  config = imagenet_vit_b16_finetune.get_config()
   config.dataset = 'cifar10'
   config.train_split = 'train[:98%]'
   config.eval_split = 'test'
   config.augment = 'finetune'
-  config.normalize = 'minus_one_to_one'
-  config.image_size = 384
-  # What the converted checkpoint needs (python -m zoo.convert prints them):
-  # the model follows --config.image_size (a reference, not a copy).
-  config.model_kwargs = ml_collections.ConfigDict({
-      'patch_size': 16, 'image_size': config.get_ref('image_size'),
-      'gelu': 'tanh', 'pool': 'token', 'posemb': 'learn', 'pre_logits': 0,
-      'dropout_rate': 0.0})
-  config.init_from = '/tmp/vit_b16_i21k_384'
-  config.batch_size = 512
   config.num_train_steps = 10_000
-  config.optimizer = 'sgd'
-  config.momentum = 0.9
   config.learning_rate = 0.01
-  config.lr_schedule = 'warmup_cosine'
   config.warmup_epochs = 500 / 95
-  config.grad_clip_norm = 1.0
   config.eval_every_steps = 1_000
   config.checkpoint_every_steps = 1_000
   return config
