@@ -29,6 +29,16 @@ from tests.helpers import write_fashion_mnist  # pylint: disable=g-import-not-at
 jax.config.update('jax_num_cpu_devices', 8)
 
 
+@pytest.fixture(scope='module')
+def fast_compiles():
+  """XLA without most optimizations, for a module of tiny models where
+  compiling takes longer than running and the numbers need no speed."""
+  before = jax.config.read('jax_disable_most_optimizations')
+  jax.config.update('jax_disable_most_optimizations', True)
+  yield
+  jax.config.update('jax_disable_most_optimizations', before)
+
+
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
   """Fashion-MNIST-shaped IDX files of random images: 64 to train, 16 to

@@ -27,13 +27,8 @@ from zoo import vit
 _XLA_CPU_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
 
 
-@pytest.fixture(autouse=True, scope='module')
-def _fast_compiles():
-  # Tiny models: compile time dominates, and the numbers need no speed.
-  before = jax.config.read('jax_disable_most_optimizations')
-  jax.config.update('jax_disable_most_optimizations', True)
-  yield
-  jax.config.update('jax_disable_most_optimizations', before)
+# Tiny models: compile time dominates (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures('fast_compiles')
 
 
 @functools.lru_cache(maxsize=None)
