@@ -31,7 +31,7 @@ from flax import traverse_util
 from jax.experimental import multihost_utils
 
 from recipes import checksums, storage
-from recipes.errors import UserError
+from recipes.errors import UserError, describe
 from recipes.train_state import TrainState
 
 
@@ -107,7 +107,7 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None,
     cause = cause.__cause__
   return UserError(
       f'saving the checkpoint of step {step} in {mngr.directory} failed '
-      f'({_describe(cause)}); {kept}. Make room or make the directory '
+      f'({describe(cause)}); {kept}. Make room or make the directory '
       'writable, then run the same command again to resume.')
 
 
@@ -227,15 +227,6 @@ def _leftovers_logged():
     sys.unraisablehook = previous
 
 
-def _describe(error: Exception) -> str:
-  """The error in one line; of a long message the end, where storage
-  errors name their cause (e.g. 'No space left on device')."""
-  text = ' '.join(str(error).split())
-  if len(text) > 240:
-    text = '...' + text[-200:]
-  return f'{type(error).__name__}: {text}'
-
-
 def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
   """(state, step) from the latest usable checkpoint, or (None, 0).
 
@@ -266,7 +257,7 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
       try:
         saved = _shapes(mngr.item_metadata(step))
       except Exception as e:  # pylint: disable=broad-except
-        problem = f'its metadata cannot be read ({_describe(e)})'
+        problem = f'its metadata cannot be read ({describe(e)})'
       else:
         if not saved:  # Metadata files gone: not another model.
           problem = 'its metadata lists no arrays'
@@ -276,7 +267,7 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
         with _leftovers_logged():
           state = restore(mngr, target, step)
       except Exception as e:  # pylint: disable=broad-except
-        problem = f'it cannot be read ({_describe(e)})'
+        problem = f'it cannot be read ({describe(e)})'
     if problem is not None:
       logging.warning('Checkpoint %s is damaged: %s.', where, problem)
       damaged.append(step)

@@ -1,5 +1,5 @@
-"""The one exception type for mistakes a user can fix, and a check that
-several commands share."""
+"""The one exception type for mistakes a user can fix, a check that several
+commands share, and a library's error told in one line."""
 
 
 class UserError(Exception):
@@ -21,3 +21,12 @@ def check_divisible(name: str, batch_size: int, num_devices: int,
     raise UserError(
         f'{name} {batch_size} is not divisible by the {num_devices} {devices}; '
         f'use a multiple of {num_devices}, e.g. {nearest}.')
+
+
+def describe(error: BaseException) -> str:
+  """The error in one line; of a long message the end, where storage
+  errors name their cause (e.g. 'No space left on device')."""
+  text = ' '.join(str(error).split())
+  if len(text) > 240:
+    text = '...' + text[-200:]
+  return f'{type(error).__name__}: {text}'

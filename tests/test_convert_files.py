@@ -1,5 +1,6 @@
 """Reading checkpoint files: .safetensors without torch, .npz, .pth."""
 
+import json
 import struct
 import sys
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.convert_helpers import write_safetensors
+from zoo import convert
 from zoo.convert import files
 from zoo.convert.transfer import ConversionError
 
@@ -66,6 +68,34 @@ def test_damaged_safetensors_are_one_error(tmp_path):
     files.read(tmp_path / 'json.safetensors')
 
 
+@pytest.mark.parametrize('header,match', [
+    ([1, 2], 'its header is a JSON list'),
+    ({'w': 3}, "the header entry of tensor 'w' is not a table"),
+    ({'w': {'dtype': 'F32', 'data_offsets': [0, 4]}}, "'w' does not fit"),
+    ({'w': {'dtype': 'F32', 'shape': 'x', 'data_offsets': [0, 4]}},
+     "'w' does not fit"),
+    ({'w': {'dtype': 'F32', 'shape': [1], 'data_offsets': [-4, 0]}},
+     "'w' does not fit"),
+    ({'w': {'dtype': 'F32', 'shape': [1], 'data_offsets': [4, 0]}},
+     "'w' does not fit"),
+    ({'w': {'dtype': 'I4', 'shape': [1], 'data_offsets': [0, 4]}},
+     "'w' has dtype 'I4', which is not supported"),
+])
+def test_damaged_safetensors_headers_are_one_error(tmp_path, header, match):
+  header = json.dumps(header).encode()
+  (tmp_path / 'm.safetensors').write_bytes(
+      struct.pack('<Q', len(header)) + header + bytes(4))
+  with pytest.raises(ConversionError, match=match):
+    files.read(tmp_path / 'm.safetensors')
+
+
+def test_a_file_without_tensors_is_one_error(tmp_path):
+  write_safetensors(tmp_path / 'm.safetensors', {}, {'format': 'pt'})
+  assert files.read(tmp_path / 'm.safetensors') == {}
+  with pytest.raises(ConversionError, match='holds no tensors'):
+    convert.load(tmp_path / 'm.safetensors', 'timm')
+
+
 def test_npz_keeps_names_and_recovers_bfloat16(tmp_path):
   brain = np.arange(6, dtype=np.float32).reshape(2, 3).astype(
       ml_dtypes.bfloat16)
@@ -87,7 +117,7 @@ def test_missing_and_unknown_files_are_one_error(tmp_path):
   with pytest.raises(ConversionError, match=r'must end in \.safetensors'):
     files.read(tmp_path / 'weights.h5')
   (tmp_path / 'bad.npz').write_bytes(b'not a zip')
-  with pytest.raises(ConversionError, match='cannot read'):
+  with pytest.raises(ConversionError, match='is not an .npz archive'):
     files.read(tmp_path / 'bad.npz')
 
 

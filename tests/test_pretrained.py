@@ -30,6 +30,7 @@ from tests.convert_helpers import (GoogleViT, google_vit_npz,
 from tests.helpers import ROOT, command_env, write_fashion_mnist
 from zoo import convert
 from zoo.convert import __main__ as command
+from zoo.convert import checkpoint
 
 SIZES = GoogleViT()
 
@@ -118,7 +119,11 @@ def _flat(tree):
 
 def test_the_command_writes_what_init_from_reads_batch_statistics_too(
     tmp_path, capsys):
-  path, converted = _resnet18_checkpoint(tmp_path, capsys)
+  _assert_init_from_reads(*_resnet18_checkpoint(tmp_path, capsys))
+
+
+def _assert_init_from_reads(path, converted):
+  """`--config.init_from=path` gives the `converted` ResNet-18 variables."""
   # This run's variables: ResNet-18 for 10 classes.
   model = zoo.create('resnet18', num_classes=10)
   target = nn.meta.unbox(jax.eval_shape(lambda: model.init(
@@ -186,6 +191,52 @@ def test_command_mistakes_are_one_line(tmp_path, capsys, vit_file):
     assert err.startswith('error: ')
   assert not (tmp_path / 'a').exists()
   assert os.listdir(tmp_path / 'full') == ['x']
+
+
+@pytest.mark.slow  # New processes, for the log as users see it.
+def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
+    tmp_path):
+  write_safetensors(tmp_path / 'resnet18.safetensors',
+                    torchvision_resnet18_state_dict())
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  # ResNet-18's 46 MB do not fit.
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=8m', 'tmpfs',
+                            str(disk)], capture_output=True, text=True)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a small filesystem here: {mounted.stderr}')
+
+  def convert_to(dst):
+    return subprocess.run(
+        [sys.executable, '-m', 'zoo.convert', '--source=torchvision',
+         str(tmp_path / 'resnet18.safetensors'), str(dst)],
+        cwd=ROOT, env=command_env(), capture_output=True, text=True,
+        timeout=300, check=False)
+
+  try:
+    (disk / 'empty').mkdir()
+    for dst in (disk / 'new', disk / 'empty'):
+      done = convert_to(dst)
+      assert done.returncode == 1 and done.stdout == '', done
+      assert done.stderr.startswith(f'error: writing {dst} failed (')
+      assert done.stderr.count('\n') == 1, done.stderr
+      assert 'No space left on device' in done.stderr
+    # At most orbax's unfinished checkpoint is left, which the next
+    # conversion replaces.
+    for dst in (disk / 'new', disk / 'empty'):
+      left = os.listdir(dst) if dst.exists() else []
+      assert all(checkpoint.UNFINISHED in name for name in left), left
+    subprocess.run(['mount', '-o', 'remount,size=200m', str(disk)],
+                   check=True)
+    for dst in (disk / 'new', disk / 'empty'):
+      done = convert_to(dst)
+      assert done.returncode == 0, done.stderr
+      assert sorted(os.listdir(dst)) == ['0', 'model.json']
+    _assert_init_from_reads(
+        str(disk / 'empty'),
+        convert.load(tmp_path / 'resnet18.safetensors').variables)
+  finally:
+    subprocess.run(['umount', str(disk)], check=True)
 
 
 @pytest.mark.slow  # Two commands, each a new process.

@@ -54,6 +54,8 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
   (`Converted.initialized`); `image_size` (ViTs) resizes the position
   embedding. A ConversionError names the first tensor that does not fit.
   """
+  if not tensors:
+    raise ConversionError(f'{file} holds no tensors.')
   found = detect(tensors)
   if source is None:
     source = found
@@ -66,11 +68,11 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
     raise ConversionError(f'unknown source {source!r}; choose one of '
                           f'{", ".join(SOURCES)}.')
   elif not SOURCES[source].matches(tensors):
-    what = f'a {found} checkpoint' if found else 'not one'
-    first = next(iter(tensors), None)
-    raise ConversionError(f'{file} is {what} (its first tensor is {first!r}),'
-                          f' not a {source} checkpoint; give the source it '
-                          'comes from.')
+    first = next(iter(tensors))
+    what = f'is a {found}' if found else 'is not a'
+    raise ConversionError(f'{file} {what} checkpoint (its first tensor is '
+                          f'{first!r}), not a {source} one; give the source '
+                          'it comes from.')
   if image_size is not None and image_size <= 0:
     raise ConversionError(f'image_size must be positive, not {image_size}.')
   return SOURCES[source].convert(tensors, file, name, num_classes, image_size)

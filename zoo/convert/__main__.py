@@ -13,8 +13,11 @@ error).
 """
 
 import argparse
+import logging
 import sys
 
+from recipes import library_noise
+from recipes.errors import describe
 from zoo import convert
 from zoo.convert import checkpoint
 
@@ -53,13 +56,31 @@ def fine_tune_flags(record: dict) -> str:
 
 def main(argv: list[str]) -> int:
   args = _parser().parse_args(argv)
+  # orbax logs a failed write with tracebacks, once per thread; our one line
+  # says the same.
+  logging.basicConfig(format='%(levelname)s: %(message)s')
+  for handler in logging.getLogger().handlers:
+    handler.addFilter(library_noise.LibraryNoise())
+  library_noise.ignore_closed_event_loops()
   try:
     converted = convert.load(args.src_file, args.source, args.model,
                              image_size=args.image_size)
+  except (ValueError, OSError) as e:  # A ConversionError, an unknown --model,
+    return _fail(e)                   # an unreadable file.
+  except MemoryError as e:  # e.g. a position embedding resized to a huge size.
+    at_size = f' at image size {args.image_size}' if args.image_size else ''
+    return _fail(f'not enough memory to convert {args.src_file}{at_size} '
+                 f'({e}).')
+  try:
     record = checkpoint.save(converted, args.dst_dir, args.src_file)
-  except ValueError as e:  # ConversionError, or an unknown --model.
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  except convert.ConversionError as e:  # DST_DIR is a file or not empty.
+    return _fail(e)
+  except Exception as e:  # pylint: disable=broad-except
+    while e.__cause__ is not None:  # The storage error orbax wrapped.
+      e = e.__cause__
+    return _fail(f'writing {args.dst_dir} failed ({describe(e)}). Make '
+                 'room or choose a writable directory, then run the same '
+                 'command again (it replaces what this one left unfinished).')
   counts = {name: sum(int(a.size) for a in _leaves(tree))
             for name, tree in converted.variables.items() if tree}
   print(f'Converted {args.src_file} ({args.source}) to '
@@ -73,6 +94,11 @@ def main(argv: list[str]) -> int:
         'model_kwargs key, as configs/imagenet_vit_b16_finetune.py does):'
         f'\n  {fine_tune_flags(record)} --config.init_from={args.dst_dir}')
   return 0
+
+
+def _fail(message) -> int:
+  print(f'error: {message}', file=sys.stderr)
+  return 1
 
 
 def _leaves(tree):

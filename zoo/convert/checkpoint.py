@@ -7,6 +7,7 @@ have them). Next to it, `DIR/model.json` records the zoo model, the
 `zoo.create` arguments the weights need, the source and the file.
 """
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 from zoo.convert.transfer import ConversionError, Converted
 
 MODEL_FILE = 'model.json'
+# In the names of what orbax writes before a checkpoint is complete.
+UNFINISHED = '.orbax-checkpoint-tmp'
 
 
 def save(converted: Converted, directory: str | os.PathLike,
@@ -25,22 +28,39 @@ def save(converted: Converted, directory: str | os.PathLike,
   import orbax.checkpoint as ocp
   from etils import epath
   path = epath.Path(directory)
-  if path.exists():
+  existed = path.exists()
+  if existed:
     if not path.is_dir():
       raise ConversionError(f'{directory} is a file; give a new or empty '
                             'directory.')
-    if any(path.iterdir()):
+    entries = list(path.iterdir())
+    if any(UNFINISHED not in entry.name for entry in entries):
       raise ConversionError(f'{directory} is not empty; give a new or empty '
                             'directory (nothing there is overwritten).')
+    for entry in entries:  # A conversion stopped while writing left these.
+      entry.rmtree(missing_ok=True)
   tree = {k: v for k, v in converted.variables.items() if v}
-  with ocp.CheckpointManager(
-      path, item_handlers=ocp.StandardCheckpointHandler(),
-      options=ocp.CheckpointManagerOptions(create=True)) as mngr:
-    mngr.save(0, args=ocp.args.StandardSave(tree))
-    mngr.wait_until_finished()
   record = {'model': converted.name, 'model_kwargs': converted.kwargs,
             'source': converted.source, 'file': os.path.abspath(file),
             'not_carried_over': {k: v for k, v in converted.ignored.items()
                                  if v != 'a step counter'}}
-  (path / MODEL_FILE).write_text(json.dumps(record, indent=2) + '\n')
+  try:
+    with ocp.CheckpointManager(
+        path, item_handlers=ocp.StandardCheckpointHandler(),
+        options=ocp.CheckpointManagerOptions(create=True)) as mngr:
+      mngr.save(0, args=ocp.args.StandardSave(tree))
+      mngr.wait_until_finished()
+    (path / MODEL_FILE).write_text(json.dumps(record, indent=2) + '\n')
+  except BaseException:  # A full disk, Ctrl-C: free the space now.
+    # orbax's threads may still be writing, so some of the unfinished
+    # checkpoint can stay; the next save into `directory` removes it.
+    with contextlib.suppress(OSError):
+      for entry in path.iterdir():
+        if entry.is_dir():
+          entry.rmtree(missing_ok=True)
+        else:
+          entry.unlink(missing_ok=True)
+      if not existed:
+        path.rmdir()
+    raise
   return record

@@ -16,6 +16,7 @@
 import json
 import os
 import struct
+import zipfile
 
 import ml_dtypes
 import numpy as np
@@ -63,23 +64,42 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
     except ValueError as e:
       raise ConversionError(f'{path!r} is not a safetensors file (its header '
                             f'is not JSON: {e}).') from None
+  if not isinstance(header, dict):
+    raise ConversionError(f'{path!r} is not a safetensors file (its header '
+                          f'is a JSON {type(header).__name__}, not a table).')
   data = np.memmap(path, np.uint8, mode='r', offset=8 + header_size)
   tensors = {}
   for name, entry in header.items():
-    if name == '__metadata__':
-      continue
-    dtype = _SAFETENSORS_DTYPES.get(entry.get('dtype'))
-    if dtype is None:
-      raise ConversionError(f'{path!r}: tensor {name!r} has dtype '
-                            f'{entry.get("dtype")!r}, which is not supported.')
-    shape = tuple(entry['shape'])
-    begin, end = entry['data_offsets']
-    if end - begin != np.dtype(dtype).itemsize * int(np.prod(shape)) or (
-        end > data.size):
-      raise ConversionError(f'{path!r}: tensor {name!r} does not fit its '
-                            'bytes (a truncated or damaged file?).')
-    tensors[name] = data[begin:end].view(dtype).reshape(shape)
+    if name != '__metadata__':
+      tensors[name] = _safetensors_tensor(path, name, entry, data)
   return tensors
+
+
+def _safetensors_tensor(path: str, name: str, entry, data: np.ndarray):
+  """One tensor of a safetensors file, after checking its header entry."""
+  if not isinstance(entry, dict):
+    raise ConversionError(f'{path!r}: the header entry of tensor {name!r} is '
+                          'not a table (a damaged file?).')
+  dtype = _SAFETENSORS_DTYPES.get(entry.get('dtype'))
+  if dtype is None:
+    raise ConversionError(f'{path!r}: tensor {name!r} has dtype '
+                          f'{entry.get("dtype")!r}, which is not supported.')
+  shape, offsets = entry.get('shape'), entry.get('data_offsets')
+  if not (_naturals(shape) and _naturals(offsets) and len(offsets) == 2
+          and offsets[0] <= offsets[1] <= data.size
+          and offsets[1] - offsets[0] == np.dtype(dtype).itemsize *
+          int(np.prod(shape, dtype=np.int64))):
+    raise ConversionError(f'{path!r}: tensor {name!r} does not fit its '
+                          'bytes (a truncated or damaged file?).')
+  begin, end = offsets
+  return data[begin:end].view(dtype).reshape(shape)
+
+
+def _naturals(value) -> bool:
+  """Whether `value` is a list of non-negative integers."""
+  return isinstance(value, list) and all(
+      isinstance(v, int) and not isinstance(v, bool) and v >= 0
+      for v in value)
 
 
 def read_torch(path: str) -> dict[str, np.ndarray]:
@@ -117,6 +137,9 @@ def read_torch(path: str) -> dict[str, np.ndarray]:
 
 def read_npz(path: str) -> dict[str, np.ndarray]:
   """A numpy .npz archive of arrays named by their '/'-joined paths."""
+  if not zipfile.is_zipfile(path):
+    raise ConversionError(f'{path!r} is not an .npz archive (not a zip '
+                          'file): damaged, or of another format?')
   try:
     with np.load(path, allow_pickle=False) as archive:
       tensors = {name: archive[name] for name in archive.files}
