@@ -78,14 +78,17 @@ ADAM_MU_DTYPES = ('', 'bfloat16', 'float16', 'float32')
 
 
 def _are_eval_splits(value) -> bool:
+  # Not 'ema' or '*_ema': eval_<name>_ema/ holds the EMA's results.
   return isinstance(value, (dict, ml_collections.ConfigDict)) and all(
-      isinstance(k, str) and k.isidentifier() and isinstance(v, str) and v
+      isinstance(k, str) and k.isidentifier() and k != 'ema'
+      and not k.endswith('_ema') and isinstance(v, str) and v
       for k, v in value.items())
 
 
 EVAL_SPLITS = Rule(_are_eval_splits,
-                   "a dict of {name: split}, names that are identifiers, "
-                   "e.g. {'minival': 'train[99%:]'}")
+                   "a dict of {name: split} whose names are identifiers, "
+                   "neither 'ema' nor ending in '_ema', e.g. "
+                   "{'minival': 'train[99%:]'}")
 
 RULES = {
     'strategy': choice(*STRATEGIES),
@@ -170,6 +173,8 @@ def check(config: ml_collections.ConfigDict):
       raise UserError(f'the config has no field {name}: make get_config() '
                       'start from recipes/defaults.get_config().') from None
     if not rule.allows(value):
+      if isinstance(value, ml_collections.ConfigDict):  # Its repr is YAML.
+        value = value.to_dict()
       raise UserError(f'config field {name} is {value!r}; it must be '
                       f'{rule.allowed}.')
   if (config.grad_accum_steps > 1 and config.half_precision

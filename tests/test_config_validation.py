@@ -152,6 +152,10 @@ def test_damaged_idx_files_are_one_line(tmp_path, damage):
 @pytest.mark.parametrize('field, value, message', [
     ('extra_eval_splits', {'mini val': 'train[99%:]'}, 'a dict of {name'),
     ('extra_eval_splits', {'minival': ''}, 'a dict of {name'),
+    # Their summaries would be those of the EMA (eval_ema/, eval_val_ema/).
+    ('extra_eval_splits', {'ema': 'test'}, "neither 'ema' nor ending in"),
+    ('extra_eval_splits', {'val': 'test', 'val_ema': 'train[99%:]'},
+     "neither 'ema' nor ending in"),
     ('label_smoothing', 1.0, 'a finite number >= 0 and < 1'),
     ('mixup_alpha', -0.1, 'a finite number >= 0'),
     ('mix_prob', float('nan'), 'a finite number >= 0 and <= 1'),
@@ -170,6 +174,7 @@ def test_toolkit_fields_are_checked(field, value, message):
                      ) as error:
     validation.check(config)
   assert message in str(error.value)
+  assert '\n' not in str(error.value)  # A dict is shown as one, on one line.
 
 
 def test_accumulation_with_float16_loss_scaling_is_refused():
