@@ -151,9 +151,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0
   config.log_every_steps = 100
   config.eval_every_steps = 0  # 0 = once per epoch.
-  # Trace this many steps from profile_start_step into WORKDIR/summaries/
-  # plugins/profile, for TensorBoard's profile tab (needs
-  # tensorboard-plugin-profile, the `profile` extra); 0 = no trace.
+  # Trace this many steps after step profile_start_step (fewer if the run
+  # ends sooner) into WORKDIR/summaries/plugins/profile, for TensorBoard's
+  # profile tab (needs tensorboard-plugin-profile, the `profile` extra);
+  # 0 = no trace.
   config.profile_steps = 0
   config.profile_start_step = 10
   return config

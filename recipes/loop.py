@@ -95,19 +95,27 @@ class TrainSummaries:
     self.restart_clock(step)
 
 
-def _profiler(config, workdir):
-  """Traces steps profile_start_step.. (profile_steps of them) next to the
+def _profiler(config, workdir, start_step: int, num_steps: int):
+  """Traces profile_steps steps after step profile_start_step next to the
   run's summaries, where TensorBoard's profile tab finds them; on the first
-  process only (a trace is per host)."""
-  if not config.profile_steps or jax.process_index() != 0:
+  process only (a trace is per host). A run resumed past that step has
+  taken its trace already."""
+  first = config.profile_start_step
+  if (not config.profile_steps or jax.process_index() != 0
+      or start_step >= first):
     return None
+  if first >= num_steps:
+    logging.warning('No trace: profile_start_step %d is not before the last '
+                    'step (%d).', first, num_steps)
+    return None
+  # The trace ends at a step's end, the last step's at the latest.
+  count = min(config.profile_steps, num_steps - first)
   logdir = summaries.directory(workdir)
-  logging.info('Tracing %d steps from step %d into %s/plugins/profile.',
-               config.profile_steps, config.profile_start_step, logdir)
+  logging.info('Tracing %d steps after step %d into %s/plugins/profile.',
+               count, first, logdir)
   return periodic_actions.Profile(
-      logdir=logdir, num_profile_steps=config.profile_steps,
-      profile_duration_ms=None, first_profile=config.profile_start_step,
-      every_steps=None, every_secs=None)
+      logdir=logdir, num_profile_steps=count, profile_duration_ms=None,
+      first_profile=first, every_steps=None, every_secs=None)
 
 
 def _start(config, workdir, exp, mngr):
@@ -176,7 +184,7 @@ def _train(config, workdir, exp, mngr, watchdog):
                                              every_secs=30)
   train_summaries = TrainSummaries(exp, writer, config.log_every_steps,
                                    start_step, state.skips_nonfinite_updates)
-  profile = _profiler(config, workdir)
+  profile = _profiler(config, workdir, start_step, num_steps)
 
   def evaluate(step, state, should_stop=lambda: False):
     with progress.timed('eval'):

@@ -23,7 +23,8 @@ def run(tmp_path_factory):
   config = tiny_config(
       dataset='fashion_mnist_idx', data_dir=data_dir,
       train_split='train[:90%]', num_train_steps=6, eval_every_steps=6,
-      ema_decay=0.5, profile_steps=2, profile_start_step=2)
+      # More steps to trace than the run has left: it traces until the end.
+      ema_decay=0.5, profile_steps=100, profile_start_step=2)
   config.extra_eval_splits = {'minival': 'train[90%:]'}
   summary = loop.train_and_evaluate(config, workdir)
   return workdir, summary
@@ -50,3 +51,15 @@ def test_the_profile_is_where_tensorboard_looks(run):
   traces = glob.glob(os.path.join(workdir, 'summaries', 'plugins',
                                   'profile', '*', '*.xplane.pb'))
   assert traces and os.path.getsize(traces[0]) > 0
+
+
+def test_no_trace_when_its_step_is_not_reached_or_already_passed(
+    tmp_path, caplog):
+  config = tiny_config(profile_steps=2, profile_start_step=6)
+  with caplog.at_level('WARNING'):
+    assert loop._profiler(config, str(tmp_path), 0, 6) is None
+  assert 'No trace: profile_start_step 6 is not before the last step (6)' \
+      in caplog.text
+  config.profile_start_step = 2
+  assert loop._profiler(config, str(tmp_path), 2, 6) is None  # Resumed.
+  assert loop._profiler(config, str(tmp_path), 1, 6) is not None
