@@ -10,6 +10,7 @@ test_convert_big_vision.py).
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -68,6 +69,16 @@ def test_a_file_that_does_not_fit_is_one_error_naming_the_tensor(vit_file):
   assert "'embedding/kernel'" in message and '\n' not in message
   with pytest.raises(ValueError, match='unknown model'):
     zoo.load_pretrained('vit_x16', vit_file)
+
+
+@pytest.mark.parametrize('argument', [
+    {'num_classes': 0}, {'num_classes': -3}, {'num_classes': 2.5},
+    {'num_classes': True}, {'image_size': 0}, {'image_size': 224.0}])
+def test_sizes_that_are_not_positive_ints_are_one_error(vit_file, argument):
+  (name, value), = argument.items()
+  with pytest.raises(ValueError, match=re.escape(
+      f'{name} must be a positive int, not {value!r}.')):
+    zoo.load_pretrained('vit_ti16', vit_file, **argument)
 
 
 @pytest.mark.slow  # Compiles the ViT's initialization for the new head.

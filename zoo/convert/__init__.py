@@ -73,8 +73,11 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
     raise ConversionError(f'{file} {what} checkpoint (its first tensor is '
                           f'{first!r}), not a {source} one; give the source '
                           'it comes from.')
-  if image_size is not None and image_size <= 0:
-    raise ConversionError(f'image_size must be positive, not {image_size}.')
+  for what, value in (('num_classes', num_classes),
+                      ('image_size', image_size)):
+    if value is not None and not (isinstance(value, int) and value > 0
+                                  and not isinstance(value, bool)):
+      raise ConversionError(f'{what} must be a positive int, not {value!r}.')
   return SOURCES[source].convert(tensors, file, name, num_classes, image_size)
 
 

@@ -16,8 +16,6 @@ def classes(tensors: Mapping[str, np.ndarray], bias: str, file: str,
   if num_classes is None and file_classes is None:
     raise ConversionError(f'{file} has no classifier head ({bias!r}); give '
                           'the number of classes.')
-  if num_classes is not None and num_classes <= 0:
-    raise ConversionError(f'num_classes must be positive, not {num_classes}.')
   return file_classes, num_classes or file_classes
 
 
