@@ -2,7 +2,7 @@
 every layout whose eval step has collectives in it: several processes, tensor
 parallelism, both strategies. Each must finish (a hard timeout turns a hang
 into a failure within minutes) and give the single-device evaluation of the
-same parameters."""
+same parameters, of their moving average, and of a second split."""
 
 import os
 import shutil
@@ -34,33 +34,47 @@ TENSOR_PARALLEL = [
     "--config.path_rules=(('Dense_0/kernel$', (None, 'tensor')),)"]
 
 
+# The toolkit's evaluations ride along: the parameters' moving average, and
+# a held-out slice of train, each under its own prefix.
+TOOLKIT = ['--config.ema_decay=0.9', '--config.train_split=train[:99%]',
+           "--config.extra_eval_splits={'minival': 'train[99%:]'}"]
+
+
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
   """A workdir with a checkpoint of step 30 of the Fashion-MNIST recipe, and
-  the single-device evaluation of its parameters on the whole test split."""
+  the single-device evaluations of its parameters and their average, on the
+  whole test split and on the last 600 training images: {prefix: {loss,
+  accuracy}}."""
   workdir = tmp_path_factory.mktemp('trained')
   config = tiny_config(dataset='fashion_mnist_idx', batch_size=128,
                        num_train_steps=STEPS, eval_every_steps=STEPS,
-                       log_every_steps=10)
-  # Training evaluates the whole split too: 8 devices in this process.
+                       log_every_steps=10, ema_decay=0.9,
+                       train_split='train[:99%]')
+  config.extra_eval_splits = {'minival': 'train[99%:]'}
+  # Training evaluates the whole splits too: 8 devices in this process.
   summary = loop.train_and_evaluate(config, str(workdir))
 
-  _, params = saved_params(workdir)
   model = zoo.create('cnn', num_classes=10)
-  apply = jax.jit(lambda images: model.apply({'params': params}, images))
-  split = idx.load_split(None, 'test')
-  images = split['image'].astype(np.float32) / 255
-  logits = np.concatenate([apply(images[i:i + 1000])
-                           for i in range(0, len(images), 1000)])
-  labels = split['label']
-  reference = {
-      'loss': float(optax.softmax_cross_entropy_with_integer_labels(
-          logits, labels).mean()),
-      'accuracy': float(np.mean(logits.argmax(-1) == labels))}
-  assert len(labels) == 10_000
-  np.testing.assert_allclose(summary['loss'], reference['loss'], rtol=1e-5)
-  np.testing.assert_allclose(summary['accuracy'], reference['accuracy'],
-                             rtol=1e-5)
+  apply = jax.jit(model.apply)
+  reference = {}
+  for prefix, split in (('eval', 'test'), ('eval_minival', 'train[99%:]')):
+    data = idx.load_split(None, split)
+    images = data['image'].astype(np.float32) / 255
+    labels = data['label']
+    for suffix, item in (('', 'params'), ('_ema', 'ema_params')):
+      _, params = saved_params(workdir, item=item)
+      logits = np.concatenate([apply({'params': params}, images[i:i + 1000])
+                               for i in range(0, len(images), 1000)])
+      reference[prefix + suffix] = {
+          'loss': float(optax.softmax_cross_entropy_with_integer_labels(
+              logits, labels).mean()),
+          'accuracy': float(np.mean(logits.argmax(-1) == labels))}
+  assert len(labels) == 600 and len(reference) == 4
+  for name in ('loss', 'accuracy'):
+    np.testing.assert_allclose(summary[name], reference['eval'][name],
+                               rtol=1e-5)
+  assert reference['eval']['loss'] != reference['eval_ema']['loss']
   return workdir, reference
 
 
@@ -81,7 +95,7 @@ def test_the_whole_split_gives_the_single_device_result(
   command = [sys.executable, '-m', 'recipes.train',
              '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
              '--config.mode=eval', f'--config.num_train_steps={STEPS}',
-             '--config.stall_timeout_seconds=120', *flags]
+             '--config.stall_timeout_seconds=120', *TOOLKIT, *flags]
   env = command_env(JAX_NUM_CPU_DEVICES=str(devices))
   if processes > 1:
     command = [LOCAL_LAUNCHER, f'--num_processes={processes}',
@@ -90,8 +104,12 @@ def test_the_whole_split_gives_the_single_device_result(
                           text=True, timeout=300)
   output = result.stdout + result.stderr
   assert result.returncode == 0, output[-3000:]
-  assert output.count('over 10000 examples') == 1  # From process 0.
+  # From process 0 only: the parameters and their average.
+  assert output.count('over 10000 examples') == 2, output[-3000:]
+  assert output.count('over 600 examples') == 2, output[-3000:]
   scalars = read_scalars(str(workdir))
-  for name in ('loss', 'accuracy'):
-    np.testing.assert_allclose(scalars[f'eval/{name}'][STEPS],
-                               reference[name], rtol=1e-5)
+  for prefix, expected in reference.items():
+    for name in ('loss', 'accuracy'):
+      np.testing.assert_allclose(scalars[f'{prefix}/{name}'][STEPS],
+                                 expected[name], rtol=1e-5,
+                                 err_msg=f'{prefix}/{name}')
