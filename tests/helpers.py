@@ -1,7 +1,10 @@
-"""Small builders shared by the tests: configs, models, IDX files, scalars."""
+"""Small builders shared by the tests: configs, models, IDX files, scalars,
+a small disk."""
 
+import contextlib
 import gzip
 import os
+import subprocess
 import sys
 from typing import Any
 
@@ -9,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from recipes import defaults as default
@@ -16,6 +20,22 @@ from recipes import checkpoints, summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_LAUNCHER = os.path.join(ROOT, 'launch', 'local.sh')
+
+
+@contextlib.contextmanager
+def small_disk(path, size: str):
+  """A filesystem of `size` (e.g. '9m') mounted at the new directory `path`
+  for the block; the test is skipped where mounting is not allowed."""
+  os.mkdir(path)
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}',
+                            'tmpfs', str(path)], capture_output=True,
+                           text=True, check=False)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a small filesystem here: {mounted.stderr}')
+  try:
+    yield path
+  finally:
+    subprocess.run(['umount', str(path)], check=True)
 
 
 def command_env(**extra) -> dict[str, str]:

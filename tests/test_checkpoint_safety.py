@@ -17,7 +17,8 @@ from etils import epath
 
 from recipes import checkpoints, checksums, loop
 from recipes.errors import UserError
-from tests.helpers import ROOT, command_env, saved_params, tiny_config
+from tests.helpers import (ROOT, command_env, saved_params, small_disk,
+                           tiny_config)
 
 
 def _run(data_dir, workdir, num_steps, **overrides):
@@ -176,21 +177,13 @@ def _assert_stopped_at_once_in_one_line(result, took, reason):
 @pytest.mark.slow
 def test_a_full_disk_stops_the_run_at_the_first_failed_save(data_dir,
                                                             tmp_path):
-  disk = tmp_path / 'disk'
-  disk.mkdir()
   # One checkpoint of the 3.3 MB CNN and its momentum fits, not two.
-  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=9m', 'tmpfs',
-                            str(disk)], capture_output=True, text=True)
-  if mounted.returncode:
-    pytest.skip(f'cannot mount a small filesystem here: {mounted.stderr}')
-  try:
+  with small_disk(tmp_path / 'disk', '9m') as disk:
     result, took = _train_command(disk / 'run', data_dir)
     _assert_stopped_at_once_in_one_line(result, took,
                                         'No space left on device')
     item = epath.Path(disk / 'run' / 'checkpoints' / '10' / 'default')
     assert checksums.problem(item) is None  # The earlier one is intact.
-  finally:
-    subprocess.run(['umount', str(disk)], check=True)
 
 
 @pytest.mark.slow

@@ -28,7 +28,8 @@ from recipes.data import tfds_source
 from tests.convert_helpers import (GoogleViT, google_vit_npz,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits)
-from tests.helpers import ROOT, command_env, write_fashion_mnist
+from tests.helpers import (ROOT, command_env, small_disk,
+                           write_fashion_mnist)
 from zoo import convert
 from zoo.convert import __main__ as command
 from zoo.convert import checkpoint
@@ -209,13 +210,6 @@ def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
     tmp_path):
   write_safetensors(tmp_path / 'resnet18.safetensors',
                     torchvision_resnet18_state_dict())
-  disk = tmp_path / 'disk'
-  disk.mkdir()
-  # ResNet-18's 46 MB do not fit.
-  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=8m', 'tmpfs',
-                            str(disk)], capture_output=True, text=True)
-  if mounted.returncode:
-    pytest.skip(f'cannot mount a small filesystem here: {mounted.stderr}')
 
   def convert_to(dst):
     return subprocess.run(
@@ -224,7 +218,8 @@ def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
         cwd=ROOT, env=command_env(), capture_output=True, text=True,
         timeout=300, check=False)
 
-  try:
+  # ResNet-18's 46 MB do not fit.
+  with small_disk(tmp_path / 'disk', '8m') as disk:
     (disk / 'empty').mkdir()
     for dst in (disk / 'new', disk / 'empty'):
       done = convert_to(dst)
@@ -246,8 +241,6 @@ def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
     _assert_init_from_reads(
         str(disk / 'empty'),
         convert.load(tmp_path / 'resnet18.safetensors').variables)
-  finally:
-    subprocess.run(['umount', str(disk)], check=True)
 
 
 @pytest.mark.slow  # Two commands, each a new process.
