@@ -142,10 +142,14 @@ def _start(config, workdir, exp, mngr):
   if start_step == 0:
     writer.write_hparams(summaries.hparams(config))
   if start_step < exp.num_steps:
+    devices = jax.device_count()
+    micro = (f', in {config.grad_accum_steps} micro-batches of '
+             f'{config.batch_size // config.grad_accum_steps}'
+             if config.grad_accum_steps > 1 else '')
     logging.info('Training %s on %s: steps %d to %d (%d per epoch), global '
-                 'batch %d on %d devices.', config.model, config.dataset,
+                 'batch %d on %d device%s%s.', config.model, config.dataset,
                  start_step + 1, exp.num_steps, exp.steps_per_epoch,
-                 config.batch_size, jax.device_count())
+                 config.batch_size, devices, 's' * (devices > 1), micro)
   else:
     logging.info('Training already finished at step %d; evaluating only.',
                  start_step)

@@ -1,7 +1,7 @@
 """Every strategy computes the numbers of the pmap recipe through the real loop.
 
-Same data, seed and config; only `config.strategy`, the mesh and the number
-of processes differ. The TensorBoard scalars the runs write must agree at
+Same data, seed and config; only `config.strategy`, the mesh, the number
+of processes and of micro-batches (`grad_accum_steps`) differ. The TensorBoard scalars the runs write must agree at
 every logged step: float32 on CPU, relative difference below 1e-4.
 """
 
@@ -22,32 +22,36 @@ SETTINGS = dict(dataset='fashion_mnist_idx', batch_size=16,
                 num_train_steps=8, log_every_steps=2, eval_every_steps=4,
                 eval_batch_size=32, lr_schedule='warmup_cosine',
                 warmup_epochs=0.25)
-# (processes, strategy flags); one process has all 8 devices, two have 4.
+# (processes, config fields); one process has all 8 devices, two have 4.
 RUNS = {
-    'sharded': (1, ['--config.strategy=sharded']),  # mesh.data = -1: all 8.
-    'shard_map': (1, ['--config.strategy=shard_map']),
-    'sharded_two_processes': (2, ['--config.strategy=sharded',
-                                  '--config.mesh.data=2',
-                                  '--config.mesh.fsdp=2',
-                                  '--config.mesh.tensor=2']),
-    'shard_map_two_processes': (2, ['--config.strategy=shard_map']),
+    'sharded': (1, {'strategy': 'sharded'}),  # mesh.data = -1: all 8.
+    'shard_map': (1, {'strategy': 'shard_map'}),
+    # Two micro-batches per step give the update of the whole batch (the CNN
+    # has no batch norm).
+    'pmap_accumulating': (1, {'grad_accum_steps': 2}),
+    'sharded_accumulating': (1, {'strategy': 'sharded',
+                                 'grad_accum_steps': 2}),
+    'sharded_two_processes': (2, {'strategy': 'sharded', 'mesh.data': 2,
+                                  'mesh.fsdp': 2, 'mesh.tensor': 2}),
+    'shard_map_two_processes': (2, {'strategy': 'shard_map'}),
 }
 
 
-def _in_process(data_dir, workdir, strategy: str):
-  config = tiny_config(strategy=strategy, data_dir=data_dir, **SETTINGS)
+def _in_process(data_dir, workdir, fields: dict):
+  config = tiny_config(data_dir=data_dir, **SETTINGS)
+  config.update_from_flattened_dict(fields)
   train.run(config, workdir)
   return read_scalars(workdir)
 
 
-def _two_processes(data_dir: str, workdir: str, strategy_flags):
+def _two_processes(data_dir: str, workdir: str, fields: dict):
   """The recipe as 2 processes x 4 devices."""
-  flags = [f'--config.{k}={v}' for k, v in SETTINGS.items()]
+  flags = [f'--config.{k}={v}' for k, v in {**SETTINGS, **fields}.items()]
   result = subprocess.run(
       [LOCAL_LAUNCHER, '--num_processes=2',
        '--devices_per_process=4', '--', sys.executable, '-m', 'recipes.train',
        '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
-       f'--config.data_dir={data_dir}', *flags, *strategy_flags],
+       f'--config.data_dir={data_dir}', *flags],
       cwd=ROOT, capture_output=True, text=True, timeout=300,
       env=command_env())
   assert result.returncode == 0, result.stdout[-3000:]
@@ -65,8 +69,7 @@ def pmap_run(tmp_path_factory):
   """The data and the scalars of the pmap recipe on it, in this process."""
   data_dir = str(tmp_path_factory.mktemp('data'))
   write_fashion_mnist(data_dir, num_train=128, num_test=100)
-  scalars = _in_process(data_dir, str(tmp_path_factory.mktemp('pmap')),
-                        'pmap')
+  scalars = _in_process(data_dir, str(tmp_path_factory.mktemp('pmap')), {})
   assert sorted(scalars['train/loss']) == [2, 4, 6, 8]
   assert scalars['train/loss'][8] != scalars['train/loss'][2]  # It trained.
   return data_dir, scalars
@@ -74,14 +77,17 @@ def pmap_run(tmp_path_factory):
 
 @pytest.mark.parametrize('name', RUNS)
 def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
-                                                          name):
+                                                          name, caplog):
   data_dir, pmap = pmap_run
-  processes, flags = RUNS[name]
+  processes, fields = RUNS[name]
   if processes == 1:
-    scalars = _in_process(data_dir, str(tmp_path),
-                          flags[0].split('=')[1])
+    with caplog.at_level('INFO'):
+      scalars = _in_process(data_dir, str(tmp_path), fields)
+    if 'grad_accum_steps' in fields:  # It did accumulate.
+      assert 'global batch 16 on 8 devices, in 2 micro-batches of 8.' in \
+          caplog.text
   else:
-    scalars = _two_processes(data_dir, str(tmp_path), flags)
+    scalars = _two_processes(data_dir, str(tmp_path), fields)
   assert TAGS <= set(scalars)
   for tag in ('train/loss', 'train/accuracy', 'train/learning_rate',
               'eval/loss'):
