@@ -12,6 +12,8 @@ import pytest
 from recipes import storage, summaries
 from recipes.data import idx
 from tests.gcs_emulator import Emulator
+from tests.convert_helpers import (torchvision_resnet18_state_dict,
+                                   write_safetensors)
 from tests.helpers import ROOT, read_scalars, write_fashion_mnist
 
 BUCKET = 'test-bucket'
@@ -123,3 +125,27 @@ def test_a_gs_workdir_trains_resumes_fine_tunes_and_evaluates_in_the_bucket(
   assert os.listdir(cwd) == []
   assert not [p for p in tmp_path.rglob('*') if 'gs:' in p.name]
   assert not os.path.exists(os.path.join(ROOT, 'gs:'))
+
+
+@pytest.mark.slow
+def test_a_pretrained_file_converts_into_the_bucket(emulator, tmp_path):
+  write_safetensors(tmp_path / 'resnet18.safetensors',
+                    torchvision_resnet18_state_dict())
+  result = subprocess.run(
+      [sys.executable, '-m', 'zoo.convert', '--source=torchvision',
+       str(tmp_path / 'resnet18.safetensors'), f'gs://{BUCKET}/resnet18'],
+      cwd=tmp_path, capture_output=True, text=True, timeout=300,
+      env={**os.environ, 'STORAGE_EMULATOR_HOST': emulator.url,
+           'PYTHONPATH': ROOT})
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'--config.init_from=gs://{BUCKET}/resnet18' in result.stdout
+  names = emulator.names('resnet18/')
+  # The layout of the recipes' checkpoints, which a gs:// init_from reads
+  # (the test above).
+  assert 'resnet18/0/_CHECKPOINT_METADATA' in names
+  assert 'resnet18/0/default/_METADATA' in names
+  assert json.loads(emulator.read('resnet18/model.json'))['model'] == (
+      'resnet18')
+  # Nothing local.
+  assert sorted(os.listdir(tmp_path)) == ['emulator.log',
+                                         'resnet18.safetensors']

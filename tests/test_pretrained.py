@@ -124,6 +124,18 @@ def _resnet18_checkpoint(tmp_path, capsys):
           convert.load(tmp_path / 'resnet18.safetensors').variables)
 
 
+def test_a_relative_destination_is_made_absolute(tmp_path, capsys,
+                                                 monkeypatch):
+  write_safetensors(tmp_path / 'resnet18.safetensors',
+                    torchvision_resnet18_state_dict())
+  monkeypatch.chdir(tmp_path)
+  status, out, err = _convert(['--source=torchvision', 'resnet18.safetensors',
+                               'r18'], capsys)
+  assert status == 0, err
+  assert f'--config.init_from={tmp_path}/r18\n' in out
+  assert sorted(os.listdir(tmp_path / 'r18')) == ['0', 'model.json']
+
+
 def _flat(tree):
   return {k: np.asarray(v)
           for k, v in traverse_util.flatten_dict(tree, sep='/').items()}

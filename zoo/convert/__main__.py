@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from recipes import library_noise
+from recipes import library_noise, storage
 from recipes.errors import describe
 from zoo import convert
 from zoo.convert import checkpoint
@@ -62,6 +62,7 @@ def main(argv: list[str]) -> int:
   for handler in logging.getLogger().handlers:
     handler.addFilter(library_noise.LibraryNoise())
   library_noise.ignore_closed_event_loops()
+  destination = str(storage.path(args.dst_dir))  # As init_from will read it.
   try:
     converted = convert.load(args.src_file, args.source, args.model,
                              image_size=args.image_size)
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> int:
     return _fail(f'not enough memory to convert {args.src_file}{at_size} '
                  f'({e}).')
   try:
-    record = checkpoint.save(converted, args.dst_dir, args.src_file)
+    record = checkpoint.save(converted, destination, args.src_file)
   except convert.ConversionError as e:  # DST_DIR is a file or not empty.
     return _fail(e)
   except Exception as e:  # pylint: disable=broad-except
@@ -86,13 +87,13 @@ def main(argv: list[str]) -> int:
   print(f'Converted {args.src_file} ({args.source}) to '
         f'{converted.describe()}: {len(converted.reads)} tensors, '
         + ', '.join(f'{n:,} {k}' for k, n in counts.items())
-        + f'; wrote {args.dst_dir}.')
+        + f'; wrote {destination}.')
   for name, why in converted.ignored.items():
     if why != 'a step counter':
       print(f'Not carried over: {name} ({why}).')
   print('Fine-tune from it with these flags (a config must list each '
         'model_kwargs key, as configs/imagenet_vit_b16_finetune.py does):'
-        f'\n  {fine_tune_flags(record)} --config.init_from={args.dst_dir}')
+        f'\n  {fine_tune_flags(record)} --config.init_from={destination}')
   return 0
 
 

@@ -26,8 +26,9 @@ def save(converted: Converted, directory: str | os.PathLike,
   # pylint: disable=import-outside-toplevel
   # Here, not above: `import zoo` (which imports every module) stays light.
   import orbax.checkpoint as ocp
-  from etils import epath
-  path = epath.Path(directory)
+
+  from recipes import storage  # gs:// too; local paths made absolute.
+  path = storage.path(directory)
   existed = path.exists()
   if existed:
     if not path.is_dir():
