@@ -128,12 +128,16 @@ def test_a_gs_workdir_trains_resumes_fine_tunes_and_evaluates_in_the_bucket(
 
 
 @pytest.mark.slow
-def test_a_pretrained_file_converts_into_the_bucket(emulator, tmp_path):
+def test_a_pretrained_file_in_the_bucket_converts_into_the_bucket(emulator,
+                                                                 tmp_path):
   write_safetensors(tmp_path / 'resnet18.safetensors',
                     torchvision_resnet18_state_dict())
+  emulator.write('weights/resnet18.safetensors',
+                 (tmp_path / 'resnet18.safetensors').read_bytes())
   result = subprocess.run(
       [sys.executable, '-m', 'zoo.convert', '--source=torchvision',
-       str(tmp_path / 'resnet18.safetensors'), f'gs://{BUCKET}/resnet18'],
+       f'gs://{BUCKET}/weights/resnet18.safetensors',
+       f'gs://{BUCKET}/resnet18'],
       cwd=tmp_path, capture_output=True, text=True, timeout=300,
       env={**os.environ, 'STORAGE_EMULATOR_HOST': emulator.url,
            'PYTHONPATH': ROOT})
@@ -144,8 +148,9 @@ def test_a_pretrained_file_converts_into_the_bucket(emulator, tmp_path):
   # (the test above).
   assert 'resnet18/0/_CHECKPOINT_METADATA' in names
   assert 'resnet18/0/default/_METADATA' in names
-  assert json.loads(emulator.read('resnet18/model.json'))['model'] == (
-      'resnet18')
+  record = json.loads(emulator.read('resnet18/model.json'))
+  assert record['model'] == 'resnet18'
+  assert record['file'] == f'gs://{BUCKET}/weights/resnet18.safetensors'
   # Nothing local.
   assert sorted(os.listdir(tmp_path)) == ['emulator.log',
                                          'resnet18.safetensors']

@@ -42,7 +42,7 @@ def save(converted: Converted, directory: str | os.PathLike,
       entry.rmtree(missing_ok=True)
   tree = {k: v for k, v in converted.variables.items() if v}
   record = {'model': converted.name, 'model_kwargs': converted.kwargs,
-            'source': converted.source, 'file': os.path.abspath(file),
+            'source': converted.source, 'file': str(storage.path(file)),
             'not_carried_over': {k: v for k, v in converted.ignored.items()
                                  if v != 'a step counter'}}
   try:

@@ -1,5 +1,8 @@
 """Reading a checkpoint file into {name: numpy array}, in the file's order.
 
+A local file, or one in a bucket (gs://..., read whole into memory through
+the recipes' storage paths, as workdirs are).
+
 - `.safetensors`: parsed here with numpy (the format is an 8-byte header
   length, a JSON table of dtype, shape and byte offsets, then the raw
   little-endian bytes), so reading one needs neither torch nor the
@@ -13,6 +16,7 @@
   them; bfloat16 arrays, which numpy stores as 2-byte void, are recovered.
 """
 
+import io
 import json
 import os
 import struct
@@ -35,44 +39,56 @@ _SAFETENSORS_DTYPES = {
 
 
 def read(path: str | os.PathLike) -> dict[str, np.ndarray]:
-  """The tensors of the checkpoint file at `path`, by name."""
+  """The tensors of the checkpoint file at `path` (local, or a URL such as
+  gs://BUCKET/file.npz, read whole into memory), by name."""
   path = os.fspath(path)
-  if not os.path.isfile(path):
-    raise ConversionError(f'checkpoint file {path!r} not found.')
   ext = os.path.splitext(path)[1].lower()
+  if ext not in EXTENSIONS:
+    raise ConversionError(f'cannot read {path!r}: the file name must end in '
+                          f'{", ".join(EXTENSIONS)}.')
+  source = path
+  if '://' in path:
+    # pylint: disable-next=import-outside-toplevel
+    from recipes import storage  # Here: `import zoo` stays light.
+    location = storage.path(path)
+    if not location.is_file():
+      raise ConversionError(f'checkpoint file {path!r} not found.')
+    source = io.BytesIO(location.read_bytes())
+  elif not os.path.isfile(path):
+    raise ConversionError(f'checkpoint file {path!r} not found.')
   if ext == '.safetensors':
-    return read_safetensors(path)
-  if ext in ('.pth', '.pt', '.bin'):
-    return read_torch(path)
+    return read_safetensors(source, path)
   if ext == '.npz':
-    return read_npz(path)
-  raise ConversionError(f'cannot read {path!r}: the file name must end in '
-                        f'{", ".join(EXTENSIONS)}.')
+    return read_npz(source, path)
+  return read_torch(source, path)
 
 
-def read_safetensors(path: str) -> dict[str, np.ndarray]:
-  """A .safetensors file's tensors, memory-mapped, without torch."""
-  size = os.path.getsize(path)
-  with open(path, 'rb') as f:
-    start = f.read(8)
-    header_size = struct.unpack('<Q', start)[0] if len(start) == 8 else -1
-    if not 0 < header_size <= size - 8:
-      raise ConversionError(f'{path!r} is not a safetensors file (its header '
-                            'length is wrong): damaged, or of another format?')
-    try:
-      header = json.loads(f.read(header_size))
-    except ValueError as e:
-      raise ConversionError(f'{path!r} is not a safetensors file (its header '
-                            f'is not JSON: {e}).') from None
+def read_safetensors(source: str | io.BytesIO,
+                     name: str | None = None) -> dict[str, np.ndarray]:
+  """A .safetensors file's tensors, memory-mapped (a local file) or in
+  memory, without torch."""
+  name = name or source
+  if isinstance(source, str):
+    data = (np.memmap(source, np.uint8, mode='r')
+            if os.path.getsize(source) else np.zeros(0, np.uint8))
+  else:
+    data = np.frombuffer(source.getbuffer(), np.uint8)
+  header_size = (struct.unpack('<Q', data[:8].tobytes())[0]
+                 if data.size >= 8 else -1)
+  if not 0 < header_size <= data.size - 8:
+    raise ConversionError(f'{name!r} is not a safetensors file (its header '
+                          'length is wrong): damaged, or of another format?')
+  try:
+    header = json.loads(data[8:8 + header_size].tobytes())
+  except ValueError as e:
+    raise ConversionError(f'{name!r} is not a safetensors file (its header '
+                          f'is not JSON: {e}).') from None
   if not isinstance(header, dict):
-    raise ConversionError(f'{path!r} is not a safetensors file (its header '
+    raise ConversionError(f'{name!r} is not a safetensors file (its header '
                           f'is a JSON {type(header).__name__}, not a table).')
-  data = np.memmap(path, np.uint8, mode='r', offset=8 + header_size)
-  tensors = {}
-  for name, entry in header.items():
-    if name != '__metadata__':
-      tensors[name] = _safetensors_tensor(path, name, entry, data)
-  return tensors
+  data = data[8 + header_size:]
+  return {tensor: _safetensors_tensor(name, tensor, entry, data)
+          for tensor, entry in header.items() if tensor != '__metadata__'}
 
 
 def _safetensors_tensor(path: str, name: str, entry, data: np.ndarray):
@@ -102,8 +118,10 @@ def _naturals(value) -> bool:
       for v in value)
 
 
-def read_torch(path: str) -> dict[str, np.ndarray]:
+def read_torch(source: str | io.BytesIO,
+               name: str | None = None) -> dict[str, np.ndarray]:
   """A PyTorch state dict saved with torch.save."""
+  path = name or source
   try:
     import torch  # pylint: disable=import-outside-toplevel
   except ImportError:
@@ -111,7 +129,7 @@ def read_torch(path: str) -> dict[str, np.ndarray]:
         f'reading {path!r} needs torch (pip install torch); or save its '
         'state dict as .safetensors, which reads without it.') from None
   try:
-    loaded = torch.load(path, map_location='cpu', weights_only=True)
+    loaded = torch.load(source, map_location='cpu', weights_only=True)
   except Exception as e:  # pylint: disable=broad-except
     raise ConversionError(f'torch cannot read {path!r} ({type(e).__name__}: '
                           f'{" ".join(str(e).split())[:200]}).') from None
@@ -135,13 +153,15 @@ def read_torch(path: str) -> dict[str, np.ndarray]:
   return {name: to_numpy(tensor) for name, tensor in loaded.items()}
 
 
-def read_npz(path: str) -> dict[str, np.ndarray]:
+def read_npz(source: str | io.BytesIO,
+             name: str | None = None) -> dict[str, np.ndarray]:
   """A numpy .npz archive of arrays named by their '/'-joined paths."""
-  if not zipfile.is_zipfile(path):
+  path = name or source
+  if not zipfile.is_zipfile(source):
     raise ConversionError(f'{path!r} is not an .npz archive (not a zip '
                           'file): damaged, or of another format?')
   try:
-    with np.load(path, allow_pickle=False) as archive:
+    with np.load(source, allow_pickle=False) as archive:
       tensors = {name: archive[name] for name in archive.files}
   except Exception as e:  # pylint: disable=broad-except
     raise ConversionError(f'numpy cannot read {path!r} as .npz '
