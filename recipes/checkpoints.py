@@ -31,7 +31,7 @@ from flax import traverse_util
 from jax.experimental import multihost_utils
 
 from recipes import checksums, storage
-from recipes.errors import UserError, describe
+from recipes.errors import UserError, describe, root_cause
 from recipes.train_state import TrainState
 
 
@@ -102,12 +102,9 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None,
   earlier = [s for s in mngr.all_steps() if step is None or s < step]
   kept = (f'the last complete one is of step {max(earlier)}' if earlier else
           'there is no complete one yet')
-  cause = error
-  while cause.__cause__ is not None:  # The storage error orbax wrapped.
-    cause = cause.__cause__
   return UserError(
       f'saving the checkpoint of step {step} in {mngr.directory} failed '
-      f'({describe(cause)}); {kept}. Make room or make the directory '
+      f'({describe(root_cause(error))}); {kept}. Make room or make the directory '
       'writable, then run the same command again to resume.')
 
 

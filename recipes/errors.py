@@ -23,6 +23,14 @@ def check_divisible(name: str, batch_size: int, num_devices: int,
         f'use a multiple of {num_devices}, e.g. {nearest}.')
 
 
+def root_cause(error: BaseException) -> BaseException:
+  """The innermost error of a chain, e.g. the storage error that orbax
+  wrapped in its own."""
+  while error.__cause__ is not None:
+    error = error.__cause__
+  return error
+
+
 def describe(error: BaseException) -> str:
   """The error in one line; of a long message the end, where storage
   errors name their cause (e.g. 'No space left on device')."""

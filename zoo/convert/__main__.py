@@ -17,7 +17,7 @@ import logging
 import sys
 
 from recipes import library_noise, storage
-from recipes.errors import describe
+from recipes.errors import describe, root_cause
 from zoo import convert
 from zoo.convert import checkpoint
 
@@ -77,11 +77,10 @@ def main(argv: list[str]) -> int:
   except convert.ConversionError as e:  # DST_DIR is a file or not empty.
     return _fail(e)
   except Exception as e:  # pylint: disable=broad-except
-    while e.__cause__ is not None:  # The storage error orbax wrapped.
-      e = e.__cause__
-    return _fail(f'writing {args.dst_dir} failed ({describe(e)}). Make '
-                 'room or choose a writable directory, then run the same '
-                 'command again (it replaces what this one left unfinished).')
+    return _fail(f'writing {args.dst_dir} failed ({describe(root_cause(e))}'
+                 '). Make room or choose a writable directory, then run the '
+                 'same command again (it replaces what this one left '
+                 'unfinished).')
   counts = {name: sum(int(a.size) for a in _leaves(tree))
             for name, tree in converted.variables.items() if tree}
   print(f'Converted {args.src_file} ({args.source}) to '
