@@ -85,6 +85,14 @@ class LibraryNoise(logging.Filter):
     return record.levelno >= logging.WARNING
 
 
+def keep_out(*handlers: logging.Handler):
+  """What a command does to keep the noise out of its log: the filter on
+  `handlers`, and closed event loops to the debug log."""
+  for handler in handlers:
+    handler.addFilter(LibraryNoise())
+  ignore_closed_event_loops()
+
+
 def ignore_closed_event_loops():
   """Callbacks' errors on finding an asyncio event loop closed go to the
   debug log; every other error Python cannot raise is printed as before."""

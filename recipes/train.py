@@ -296,8 +296,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if not logging.level_debug():  # --verbosity=1 shows everything.
-    logging.get_absl_handler().addFilter(library_noise.LibraryNoise())
-    library_noise.ignore_closed_event_loops()
+    library_noise.keep_out(logging.get_absl_handler())
   try:
     run(_CONFIG.value, _WORKDIR.value, _DISTRIBUTED.value)
   except SystemExit as e:  # A UserError: 'error: ...'.

@@ -59,9 +59,7 @@ def main(argv: list[str]) -> int:
   # orbax logs a failed write with tracebacks, once per thread; our one line
   # says the same.
   logging.basicConfig(format='%(levelname)s: %(message)s')
-  for handler in logging.getLogger().handlers:
-    handler.addFilter(library_noise.LibraryNoise())
-  library_noise.ignore_closed_event_loops()
+  library_noise.keep_out(*logging.getLogger().handlers)
   destination = str(storage.path(args.dst_dir))  # As init_from will read it.
   try:
     converted = convert.load(args.src_file, args.source, args.model,
