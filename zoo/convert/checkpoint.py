@@ -34,12 +34,10 @@ def save(converted: Converted, directory: str | os.PathLike,
     if not path.is_dir():
       raise ConversionError(f'{directory} is a file; give a new or empty '
                             'directory.')
-    entries = list(path.iterdir())
-    if any(UNFINISHED not in entry.name for entry in entries):
+    if any(UNFINISHED not in entry.name for entry in path.iterdir()):
       raise ConversionError(f'{directory} is not empty; give a new or empty '
                             'directory (nothing there is overwritten).')
-    for entry in entries:  # A conversion stopped while writing left these.
-      entry.rmtree(missing_ok=True)
+    _empty(path)  # Left by a conversion stopped while writing.
   tree = {k: v for k, v in converted.variables.items() if v}
   record = {'model': converted.name, 'model_kwargs': converted.kwargs,
             'source': converted.source, 'file': str(storage.path(file)),
@@ -56,12 +54,17 @@ def save(converted: Converted, directory: str | os.PathLike,
     # orbax's threads may still be writing, so some of the unfinished
     # checkpoint can stay; the next save into `directory` removes it.
     with contextlib.suppress(OSError):
-      for entry in path.iterdir():
-        if entry.is_dir():
-          entry.rmtree(missing_ok=True)
-        else:
-          entry.unlink(missing_ok=True)
+      _empty(path)
       if not existed:
         path.rmdir()
     raise
   return record
+
+
+def _empty(path):
+  """Removes what the directory `path` holds."""
+  for entry in path.iterdir():
+    if entry.is_dir():
+      entry.rmtree(missing_ok=True)
+    else:
+      entry.unlink(missing_ok=True)
