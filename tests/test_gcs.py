@@ -11,9 +11,9 @@ import pytest
 
 from recipes import storage, summaries
 from recipes.data import idx
-from tests.gcs_emulator import Emulator
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
+from tests.gcs_emulator import Emulator
 from tests.helpers import ROOT, read_scalars, write_fashion_mnist
 
 BUCKET = 'test-bucket'

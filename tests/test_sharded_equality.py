@@ -1,8 +1,9 @@
 """Every strategy computes the numbers of the pmap recipe through the real loop.
 
 Same data, seed and config; only `config.strategy`, the mesh, the number
-of processes and of micro-batches (`grad_accum_steps`) differ. The TensorBoard scalars the runs write must agree at
-every logged step: float32 on CPU, relative difference below 1e-4.
+of processes and of micro-batches (`grad_accum_steps`) differ. The
+TensorBoard scalars the runs write must agree at every logged step: float32
+on CPU, relative difference below 1e-4.
 """
 
 import subprocess
