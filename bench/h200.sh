@@ -7,7 +7,7 @@
 #
 #   OUT=/tmp/h200 bash bench/h200.sh
 #
-# It needs jax, flax, optax and clu (the step's metrics, recipes/metrics.py);
+# It needs jax, flax, optax and clu (the step's metrics, recipes/core/metrics.py);
 # not TensorFlow, TFDS or ml_collections. On a machine without clu, put its
 # wheel in .whl/ first (clu's own needs come with jax and flax, so
 # --no-deps); the script installs it under /tmp/site:

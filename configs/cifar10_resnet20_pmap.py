@@ -13,11 +13,11 @@ Use `--config.model=resnet56` for ResNet-56 (93.03% in the same table) or
 configs/cifar10_resnet56_pmap.py.
 """
 
-from configs import default
+from recipes.config import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.get_config()
   config.model = 'resnet20'
   config.dataset = 'cifar10'
   config.augment = 'cifar'

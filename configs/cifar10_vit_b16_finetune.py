@@ -6,7 +6,7 @@ https://storage.googleapis.com/vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_me
 (gs://vit_models/augreg/...), convert it for 384x384 images (the same
 directory serves configs/imagenet_vit_b16_finetune.py), then fine-tune:
 
-    python -m zoo.convert --source=big_vision --image_size=384 \
+    python -m recipes.convert --source=big_vision --image_size=384 \
         B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0.npz \
         /tmp/vit_b16_i21k_384
     python -m recipes.train --config=configs/cifar10_vit_b16_finetune.py \

@@ -14,11 +14,11 @@ machines).
 
 import ml_collections
 
-from configs import default
+from recipes.config import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.get_config()
   config.model = 'vit_s16'
   config.model_kwargs = ml_collections.ConfigDict(
       {'patch_size': 4, 'image_size': 32})

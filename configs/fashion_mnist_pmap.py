@@ -11,11 +11,11 @@ Expected: see the README's results table (test accuracy after 2 and 10 epochs
 and wall time on a 2-core CPU).
 """
 
-from configs import default
+from recipes.config import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.get_config()
   config.dataset = 'fashion_mnist_idx'
   config.data_dir = '/usr/share/datasets/fashion-mnist'
   config.model = 'cnn'

@@ -98,11 +98,11 @@ seed            | random.key(0) (train.py:285)   | seed=0
 
 import ml_collections
 
-from configs import default
+from recipes.config import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.get_config()
   config.model = 'resnet50'
   # Flax's ResNet: 'SAME' padding, lecun_normal kernels, zero-init last BN.
   config.model_kwargs = ml_collections.ConfigDict(dict(

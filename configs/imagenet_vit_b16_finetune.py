@@ -6,7 +6,7 @@ https://storage.googleapis.com/vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_me
 (gs://vit_models/augreg/...; google-research/vision_transformer README.md
 lists the others), convert it for 384x384 images, then fine-tune:
 
-    python -m zoo.convert --source=big_vision --image_size=384 \
+    python -m recipes.convert --source=big_vision --image_size=384 \
         B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0.npz \
         /tmp/vit_b16_i21k_384
     python -m recipes.train --config=configs/imagenet_vit_b16_finetune.py \
@@ -90,11 +90,11 @@ precision       | float32 (models_vit.py:70, 120) | half_precision=False
 
 import ml_collections
 
-from configs import default
+from recipes.config import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.get_config()
   config.model = 'vit_b16'
   config.dataset = 'imagenet2012'
   config.train_split = 'train[:99%]'
@@ -102,7 +102,7 @@ def get_config():
   config.augment = 'imagenet'
   config.normalize = 'minus_one_to_one'
   config.image_size = 384
-  # What the converted checkpoint needs (python -m zoo.convert prints them):
+  # What the converted checkpoint needs (python -m recipes.convert prints them):
   # the model follows --config.image_size (a reference, not a copy).
   config.model_kwargs = ml_collections.ConfigDict({
       'patch_size': 16, 'image_size': config.get_ref('image_size'),

@@ -74,7 +74,7 @@ schedule        | cosine to 0 after the warmup   | lr_schedule='warmup_cosine'
 weight decay    | 1e-4, decoupled: update -=     | weight_decay=1e-4,
                 | sched(t) x 1e-4 x w, not x lr; | weight_decay_scale='schedule'; ours
                 | params matching '.*/kernel$'   | decays the params named 'kernel'
-                | only (vit_i1k.py:140;          | (recipes/optimizers.py decay_mask): the
+                | only (vit_i1k.py:140;          | (recipes/core/optimizers.py decay_mask): the
                 | optax.py:132-149)              | same set, not the class token or
                 |                                | position embedding
 grad clip       | global norm 1.0                | grad_clip_norm=1.0
@@ -90,7 +90,7 @@ mixup           | medium2: p=0.5, the Beta(p, p) | mixup_alpha=0.5, mix_prob=1.0
 RandAugment     | medium2: randaug(2,15) after   | randaugment_layers=2,
                 | crop and flip, magnitude 15 on | randaugment_magnitude=10; DIFFERS: our
                 | the 0-10 scale, i.e. past its  | RandAugment takes magnitudes 0-10 only
-                | top (vit_i1k.py:57, 100-104;   | (recipes/validation.py), so 10, weaker
+                | top (vit_i1k.py:57, 100-104;   | (recipes/config/validation.py), so 10, weaker
                 | archive/autoaugment.py:36,     | than the source
                 | 662-700)                       |
 label smooth    | none (vit_i1k.py:71)           | label_smoothing=0.0

@@ -57,7 +57,7 @@ schedule        | cosine to 0 after the warmup   | lr_schedule='warmup_cosine'
 weight decay    | 1e-4, decoupled: update -=     | weight_decay=1e-4,
                 | sched(t) x 1e-4 x w, sched =   | weight_decay_scale='schedule'; ours
                 | lr factor in [0, 1], not x lr; | decays the params named 'kernel'
-                | params matching '.*/kernel$'   | (recipes/optimizers.py decay_mask): the
+                | params matching '.*/kernel$'   | (recipes/core/optimizers.py decay_mask): the
                 | only (vit_s16_i1k.py:83;       | same set
                 | optax.py:132-149)              |
 grad clip       | global norm 1.0, before Adam   | grad_clip_norm=1.0
@@ -128,11 +128,11 @@ seed            | seed 0 (vit_s16_i1k.py:37)     | seed=0
 
 import ml_collections
 
-from configs import default
+from recipes.config import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.get_config()
   config.model = 'vit_s16'
   config.dataset = 'imagenet2012'
   config.train_split = 'train[:99%]'

@@ -8,11 +8,11 @@ configs/fashion_mnist_pmap.py. Expected: about 99% test accuracy after
 10 epochs (the figure Flax's MNIST example reports for this CNN and optimizer).
 """
 
-from configs import default
+from recipes.config import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.get_config()
   config.dataset = 'mnist'
   config.model = 'cnn'
   config.num_epochs = 10.0

@@ -1,2 +1,14 @@
-"""Training recipes for the zoo's models: the command line, the loop and the
-shared step at the top; data/, parallel/ (strategies) and bench/ by concern."""
+"""Training recipes for the zoo's models, in layers; each imports only the
+layers below it (tests/unit/test_layers.py):
+
+  train, evaluate, convert   the commands
+  experiment, loop, evaluation   one run: what it is built from, how it goes
+  config/      fields, defaults, validation, command-line handling
+  checkpoint/  saving, checksums, resuming, converted weights
+  parallel/    strategies (pmap, shard_map, sharded), meshes, partition rules
+  data/        datasets, preprocessing, the batches each process feeds
+  core/        the shared step, train state, optimizers, metrics, mixing
+  runtime/     errors, storage, summaries, preemption, watchdog, dispatch
+
+bench/ (python -m recipes.bench) times the layers above it from the outside.
+"""

@@ -8,11 +8,13 @@ import jax
 import ml_collections
 from absl import logging
 
-from recipes import checkpoints, experiment, resume, summaries
+from recipes import checkpoint, experiment
+from recipes.checkpoint import resume
 from recipes.data import in_memory
-from recipes.dispatch import OneAhead
-from recipes.errors import UserError
-from recipes.watchdog import Watchdog
+from recipes.runtime import summaries
+from recipes.runtime.dispatch import OneAhead
+from recipes.runtime.errors import UserError
+from recipes.runtime.watchdog import Watchdog
 
 
 def merge_all(metrics_list):
@@ -84,7 +86,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
   """Evaluates the latest checkpoint in `workdir` and writes its eval/
   summaries there, without training (`--config.mode=eval`)."""
   exp = experiment.build(config)
-  with checkpoints.opened(workdir, config.keep_checkpoints or None) as mngr:
+  with checkpoint.opened(workdir, config.keep_checkpoints or None) as mngr:
     state, step = resume.restore_latest(mngr, exp.strategy,
                                         exp.create_state())
   if step == 0:

@@ -11,13 +11,12 @@ import optax
 from absl import logging
 
 import zoo
-from recipes import optimizers
+from recipes.core import optimizers
 from recipes.data import datasets, in_memory
 from recipes.data.dataset import Dataset
 from recipes.data.preprocess import Preprocessing
-from recipes.errors import UserError, check_divisible
 from recipes.parallel import strategy as strategies
-
+from recipes.runtime.errors import UserError, check_divisible
 
 # The summary prefix of config.eval_split; extra_eval_splits get eval_<name>.
 MAIN_EVAL = 'eval'

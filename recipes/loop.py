@@ -1,7 +1,7 @@
 """`train_and_evaluate`: the training loop shared by every strategy.
 
 Builds the run from the config (recipes/experiment.py), starts from the
-workdir's latest checkpoint or `init_from` (recipes/resume.py), then runs the
+workdir's latest checkpoint or `init_from` (recipes/checkpoint/resume.py), then runs the
 shared train step with periodic actions: write train summaries, evaluate,
 save a checkpoint, and stop on request (SIGTERM or SIGINT) or at the end.
 """
@@ -14,11 +14,13 @@ import numpy as np
 from absl import logging
 from clu import periodic_actions
 
-from recipes import (checkpoints, evaluation, experiment, preemption, resume,
-                     storage, summaries, validation)
-from recipes.dispatch import OneAhead
-from recipes.errors import UserError
-from recipes.watchdog import Watchdog
+from recipes import checkpoint, evaluation, experiment
+from recipes.checkpoint import resume
+from recipes.config import validation
+from recipes.runtime import preemption, storage, summaries
+from recipes.runtime.dispatch import OneAhead
+from recipes.runtime.errors import UserError
+from recipes.runtime.watchdog import Watchdog
 
 
 def train_steps(strategy, state, batches, first_step: int, last_step: int):
@@ -160,7 +162,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Trains `config.model` on `config.dataset`; returns the final eval metrics.
 
   Resumes from the latest checkpoint in `workdir` if there is one. Stops
-  early, with a checkpoint, on SIGTERM or SIGINT (recipes/preemption.py),
+  early, with a checkpoint, on SIGTERM or SIGINT (recipes/runtime/preemption.py),
   and then returns None. `config.mode=eval` only evaluates
   (recipes/evaluation.py).
   """
@@ -171,7 +173,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   # The watchdog also sees the restore and the wait for the last save.
   with Watchdog(config.stall_timeout_seconds) as watchdog:
     watchdog.beat('restoring the latest checkpoint')
-    with checkpoints.opened(workdir, config.keep_checkpoints or None) as mngr:
+    with checkpoint.opened(workdir, config.keep_checkpoints or None) as mngr:
       summary = _train(config, workdir, exp, mngr, watchdog)
       watchdog.beat('writing the last checkpoint')
   return summary
@@ -200,7 +202,7 @@ def _train(config, workdir, exp, mngr, watchdog):
       train_summaries.check()  # Never save the state of a non-finite update.
       watchdog.beat(f'saving the checkpoint of step {step}')
       with progress.timed('checkpoint'):
-        checkpoints.save(mngr, step, strategy.to_checkpoint(state))
+        checkpoint.save(mngr, step, strategy.to_checkpoint(state))
 
   batches = strategy.place_batches(exp.data.train_batches(
       batch_size=config.batch_size, seed=config.seed, start_step=start_step,
@@ -211,7 +213,7 @@ def _train(config, workdir, exp, mngr, watchdog):
     for step, state, metrics in train_steps(strategy, state, batches,
                                             start_step + 1, num_steps):
       watchdog.beat(f'training step {step} of {num_steps}')
-      checkpoints.check_saved(mngr)  # A failed save stops the run at once.
+      checkpoint.check_saved(mngr)  # A failed save stops the run at once.
       last = step == num_steps
       train_summaries.add(step, metrics)
       if jax.process_index() == 0:

@@ -22,16 +22,18 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from recipes import defaults as default
-from recipes import library_noise
+from recipes.config import defaults as default
+from recipes.runtime import library_noise
 
 library_noise.import_tensorflow()  # Before anything else loads it.
 
 # pylint: disable-next=wrong-import-position
-from recipes import loop, storage, validation
+from recipes import loop
+from recipes.config import validation
+from recipes.runtime import storage
 from recipes.data import in_memory
 from recipes.parallel import distributed
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'The config file, e.g. configs/fashion_mnist_pmap.py.',
@@ -181,12 +183,12 @@ def _unknown_field(config, argv) -> str | None:
       others = [n for n in names if not field.startswith(n + '.')]
       close = [f"'{n}'" for n in difflib.get_close_matches(field, others)]
       if not close:
-        return (f"unknown config field '{field}'; see recipes/defaults.py for "
+        return (f"unknown config field '{field}'; see recipes/config/defaults.py for "
                 'all fields.')
       if len(close) > 1:
         close = [', '.join(close[:-1]), close[-1]]
       return (f"unknown config field '{field}'; did you mean "
-              f"{' or '.join(close)}? See recipes/defaults.py for all fields.")
+              f"{' or '.join(close)}? See recipes/config/defaults.py for all fields.")
   return None
 
 
@@ -265,7 +267,7 @@ def _help(argv) -> str:
   values = (f'as {_split_config_argument(path)[0]} sets them' if path else
             'and their defaults')
   lines += ['', textwrap.fill(
-      f'Config fields {values} (recipes/defaults.py says what each does); '
+      f'Config fields {values} (recipes/config/defaults.py says what each does); '
       'override any with --config.FIELD=VALUE:', 79)]
   fields = [(name, value) for name, value in _fields(config)
             if not isinstance(value, ml_collections.ConfigDict) or not value]

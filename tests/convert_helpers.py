@@ -20,6 +20,7 @@ from flax import traverse_util
 
 import zoo
 
+
 def hide_triton():
   """Keeps torch from loading Triton (its GPU kernel compiler, which PyPI's
   torch wheels pull in and CPU runs never use): Triton's library crashes the

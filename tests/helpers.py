@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recipes import defaults as default
-from recipes import checkpoints, summaries
+from recipes import checkpoint
+from recipes.config import defaults as default
+from recipes.runtime import summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_LAUNCHER = os.path.join(ROOT, 'launch', 'local.sh')
@@ -102,12 +103,12 @@ def saved_params(workdir, step=None, item='params'):
   latest), whatever mesh or number of processes wrote it; `item` names
   another part of the state instead (e.g. 'ema_params')."""
   one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  with checkpoints.manager(str(workdir)) as mngr:
+  with checkpoint.manager(str(workdir)) as mngr:
     step = mngr.latest_step() if step is None else step
     target = jax.tree.map(
         lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one_device),
         dict(mngr.item_metadata(step)))
-    restored = checkpoints.restore(mngr, target, step)
+    restored = checkpoint.restore(mngr, target, step)
   return step, jax.tree.map(np.asarray, restored[item])
 
 

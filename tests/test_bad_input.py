@@ -102,7 +102,7 @@ def test_mnist_not_downloadable(tmp_path, empty_dir):
 def test_unknown_config_field_is_rejected(tmp_path):
   line = _train(tmp_path, '--config.batchsize=64')
   assert line == ("error: unknown config field 'batchsize'; did you mean "
-                  "'batch_size' or 'eval_batch_size'? See recipes/defaults.py "
+                  "'batch_size' or 'eval_batch_size'? See recipes/config/defaults.py "
                   'for all fields.')
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from etils import epath
 
-from recipes import checkpoints, checksums, loop
-from recipes.errors import UserError
+from recipes import checkpoint, loop
+from recipes.checkpoint import checksums
+from recipes.runtime.errors import UserError
 from tests.helpers import (ROOT, command_env, saved_params, small_disk,
                            tiny_config)
 
@@ -31,7 +32,7 @@ def _run(data_dir, workdir, num_steps, **overrides):
 
 
 def _steps(workdir):
-  with checkpoints.manager(str(workdir)) as mngr:
+  with checkpoint.manager(str(workdir)) as mngr:
     return mngr.all_steps()
 
 

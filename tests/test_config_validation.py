@@ -11,9 +11,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from recipes import defaults as default
-from recipes import checkpoints, loop, validation
-from recipes.errors import UserError
+from recipes import checkpoint, loop
+from recipes.config import defaults as default
+from recipes.config import validation
+from recipes.runtime.errors import UserError
 from tests.helpers import tiny_config, write_fashion_mnist, write_idx
 
 
@@ -107,7 +108,7 @@ def test_fewer_steps_than_the_workdirs_checkpoint_is_an_error(
                             str(tmp_path))
   assert 'is of step 6, past the last step of this run (4)' in str(
       error.value)
-  with checkpoints.manager(str(tmp_path)) as mngr:
+  with checkpoint.manager(str(tmp_path)) as mngr:
     assert mngr.all_steps() == [6]  # Kept, and nothing new written.
 
 

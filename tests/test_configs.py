@@ -9,8 +9,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 import zoo
-from recipes import defaults as default
 from recipes import evaluation, experiment
+from recipes.config import defaults as default
 from recipes.data import datasets, tfds_source
 from tests.helpers import ROOT, write_fashion_mnist
 

@@ -26,8 +26,8 @@ from zoo.convert import posemb, variants
 # comparisons with timm need it.
 hide_triton()
 try:
-  import torch  # pylint: disable=unused-import
   import timm
+  import torch  # pylint: disable=unused-import
 except ImportError:
   timm = None
 

@@ -11,8 +11,8 @@ import pytest
 
 import zoo
 from recipes import experiment
-from recipes.errors import UserError
 from recipes.parallel import strategy as strategies
+from recipes.runtime.errors import UserError
 from tests.helpers import tiny_config
 
 # Each test compiles a ResNet under two or three strategies.

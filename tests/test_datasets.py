@@ -9,7 +9,7 @@ from recipes.data import (datasets, idx, in_memory, preprocess, streaming,
                           tfds_source)
 from recipes.data.dataset import Dataset
 from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 from tests.helpers import write_fashion_mnist
 
 

@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 from recipes.data import datasets, idx, tfds_source
 from recipes.data.dataset import Dataset
 from recipes.data.preprocess import Preprocessing
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 from tests.helpers import write_idx
 
 

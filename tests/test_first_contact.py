@@ -11,8 +11,8 @@ import ml_collections
 import pytest
 
 import zoo
+from recipes.config import defaults as default
 from recipes.parallel import partition_rules
-from recipes import defaults as default
 from tests.helpers import ROOT, saved_params, write_fashion_mnist
 
 BASH = shutil.which('bash')

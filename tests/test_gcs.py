@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from recipes import storage, summaries
 from recipes.data import idx
+from recipes.runtime import storage, summaries
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
 from tests.gcs_emulator import Emulator
@@ -135,7 +135,7 @@ def test_a_pretrained_file_in_the_bucket_converts_into_the_bucket(emulator,
   emulator.write('weights/resnet18.safetensors',
                  (tmp_path / 'resnet18.safetensors').read_bytes())
   result = subprocess.run(
-      [sys.executable, '-m', 'zoo.convert', '--source=torchvision',
+      [sys.executable, '-m', 'recipes.convert', '--source=torchvision',
        f'gs://{BUCKET}/weights/resnet18.safetensors',
        f'gs://{BUCKET}/resnet18'],
       cwd=tmp_path, capture_output=True, text=True, timeout=300,

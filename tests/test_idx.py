@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from recipes.data import datasets, idx
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 from tests.helpers import write_fashion_mnist, write_idx
 
 

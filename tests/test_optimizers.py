@@ -3,8 +3,8 @@ import numpy as np
 import optax
 import pytest
 
-from recipes import optimizers
-from recipes.errors import UserError
+from recipes.core import optimizers
+from recipes.runtime.errors import UserError
 from tests.helpers import tiny_config
 
 

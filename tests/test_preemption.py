@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from configs import fashion_mnist_pmap
-from recipes import checkpoints, loop
+from recipes import checkpoint, loop
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
                            write_fashion_mnist)
 
@@ -93,7 +93,7 @@ def test_sigkill_then_restart_ends_bitwise_equal(data_dir, tmp_path,
   process.kill()
   process.communicate(timeout=60)
   assert process.returncode == -signal.SIGKILL
-  with checkpoints.manager(str(tmp_path)) as mngr:
+  with checkpoint.manager(str(tmp_path)) as mngr:
     latest = mngr.latest_step()
   assert latest < NUM_STEPS  # Killed in the middle.
   _assert_bitwise_equal(_restart(command, tmp_path, latest), uninterrupted)
@@ -117,7 +117,7 @@ def test_sigkill_with_the_random_toolkit_on_resumes_bitwise(data_dir,
   _wait_for_a_checkpoint(process, str(tmp_path / 'killed'))
   process.kill()
   process.communicate(timeout=60)
-  with checkpoints.manager(str(tmp_path / 'killed')) as mngr:
+  with checkpoint.manager(str(tmp_path / 'killed')) as mngr:
     latest = mngr.latest_step()
   assert latest < NUM_STEPS
   final = _restart(command, tmp_path / 'killed', latest)
@@ -142,7 +142,7 @@ def test_sigterm_stops_cleanly_with_a_checkpoint(data_dir, tmp_path,
   assert f'Stopped by {signal.Signals(signum).name} after step {step} of ' \
          f'{NUM_STEPS}' in line and 'Run the same command again' in line
   assert step < NUM_STEPS
-  with checkpoints.manager(str(tmp_path)) as mngr:
+  with checkpoint.manager(str(tmp_path)) as mngr:
     assert mngr.latest_step() == step
   _assert_bitwise_equal(_restart(command, tmp_path, step), uninterrupted)
 

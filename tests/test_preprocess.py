@@ -4,8 +4,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from recipes.data import datasets, in_memory, preprocess, tfds_source
-from recipes.errors import UserError
 from recipes.data.preprocess import Preprocessing
+from recipes.runtime.errors import UserError
 
 
 def _seed(i):

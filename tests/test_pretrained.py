@@ -1,4 +1,4 @@
-"""zoo.load_pretrained, `python -m zoo.convert`, and fine-tuning from its
+"""zoo.load_pretrained, `python -m recipes.convert`, and fine-tuning from its
 checkpoint with --config.init_from (batch statistics included).
 
 These run without torch: the files are the fixtures of
@@ -23,16 +23,17 @@ import tensorflow_datasets as tfds
 from flax import traverse_util
 
 import zoo
-from recipes import checkpoints, defaults, experiment, resume
+from recipes import checkpoint
+from recipes import convert as command
+from recipes import experiment
+from recipes.checkpoint import converted, resume
+from recipes.config import defaults
 from recipes.data import tfds_source
 from tests.convert_helpers import (GoogleViT, google_vit_npz,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits)
-from tests.helpers import (ROOT, command_env, small_disk,
-                           write_fashion_mnist)
+from tests.helpers import ROOT, command_env, small_disk, write_fashion_mnist
 from zoo import convert
-from zoo.convert import __main__ as command
-from zoo.convert import checkpoint
 
 SIZES = GoogleViT()
 
@@ -99,7 +100,7 @@ def test_another_number_of_classes_reinitializes_the_head_and_says_so(
 
 
 def _convert(argv, capsys):
-  """(exit status, stdout, stderr) of `python -m zoo.convert ARGV`, in
+  """(exit status, stdout, stderr) of `python -m recipes.convert ARGV`, in
   this process."""
   try:
     status = command.main([str(a) for a in argv])
@@ -152,7 +153,7 @@ def _assert_init_from_reads(path, converted):
   model = zoo.create('resnet18', num_classes=10)
   target = nn.meta.unbox(jax.eval_shape(lambda: model.init(
       jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False)))
-  loaded, kept = checkpoints.load_params(path, target)
+  loaded, kept = resume.load_params(path, target)
   assert kept == ['params/Dense_0/bias', 'params/Dense_0/kernel']
   expected = {k: v for k, v in _flat(converted).items()
               if not k.startswith('params/Dense_0/')}
@@ -225,7 +226,7 @@ def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
 
   def convert_to(dst):
     return subprocess.run(
-        [sys.executable, '-m', 'zoo.convert', '--source=torchvision',
+        [sys.executable, '-m', 'recipes.convert', '--source=torchvision',
          str(tmp_path / 'resnet18.safetensors'), str(dst)],
         cwd=ROOT, env=command_env(), capture_output=True, text=True,
         timeout=300, check=False)
@@ -243,7 +244,7 @@ def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
     # conversion replaces.
     for dst in (disk / 'new', disk / 'empty'):
       left = os.listdir(dst) if dst.exists() else []
-      assert all(checkpoint.UNFINISHED in name for name in left), left
+      assert all(converted.UNFINISHED in name for name in left), left
     subprocess.run(['mount', '-o', 'remount,size=200m', str(disk)],
                    check=True)
     for dst in (disk / 'new', disk / 'empty'):
@@ -265,7 +266,7 @@ def test_convert_then_fine_tune_is_two_commands(tmp_path):
   write_fashion_mnist(str(tmp_path), num_train=16, num_test=8)
   env = command_env()
   done = subprocess.run(
-      [sys.executable, '-m', 'zoo.convert', '--source=big_vision',
+      [sys.executable, '-m', 'recipes.convert', '--source=big_vision',
        str(tmp_path / 'vit.npz'), str(tmp_path / 'converted')],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
       check=False)

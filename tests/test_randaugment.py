@@ -8,7 +8,7 @@ import tensorflow_datasets as tfds
 
 from recipes.data import datasets, in_memory, randaugment, tfds_source
 from recipes.data.preprocess import Preprocessing
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 
 # A small hand-made grey image: values 10..250 with a few repeats.
 SMALL = np.array([[10, 10, 60, 60],

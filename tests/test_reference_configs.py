@@ -18,7 +18,7 @@ where `field` is a dotted path into get_config() (`model_kwargs.pool`,
 (`0.1*1024/256`); after the first `;` comes free text (e.g. 'DIFFERS: ...').
 
 The tests check every pair against get_config(), and that every field the
-config changes from recipes/defaults.py appears in its table, so neither the
+config changes from recipes/config/defaults.py appears in its table, so neither the
 table nor the config can drift without failing here.
 """
 
@@ -32,7 +32,7 @@ import types
 import ml_collections
 import pytest
 
-from recipes import defaults
+from recipes.config import defaults
 from tests.helpers import ROOT
 
 REFERENCE_CONFIGS = ('imagenet_resnet50_tpu', 'imagenet_resnet50_gpu',

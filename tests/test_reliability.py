@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recipes import checkpoints, evaluation, experiment, loop, preemption
-from recipes.errors import UserError
+from recipes import checkpoint, evaluation, experiment, loop
+from recipes.runtime import preemption
+from recipes.runtime.errors import UserError
 from tests.helpers import read_scalars, saved_params, tiny_config
 
 
@@ -39,7 +40,7 @@ def test_a_diverging_run_stops_naming_the_step_and_keeps_checkpoints(
   bad_step = int(message.split(' at step ')[1].split(';')[0])
   assert 1 <= bad_step <= 6
   # Every checkpoint kept is of a step before the bad one, and finite.
-  with checkpoints.manager(str(tmp_path)) as mngr:
+  with checkpoint.manager(str(tmp_path)) as mngr:
     steps = mngr.all_steps()
   assert all(step < bad_step for step in steps)
   for step in steps:
@@ -87,7 +88,7 @@ def test_half_precision_computes_in_half_and_keeps_float32_state(
   for leaf in jax.tree.leaves(saved_params(tmp_path)[1]):
     assert leaf.dtype == np.float32 and np.isfinite(leaf).all()
   if dtype == 'float16':  # The loss scale is saved and restored with the rest.
-    with checkpoints.manager(str(tmp_path)) as mngr:
+    with checkpoint.manager(str(tmp_path)) as mngr:
       restored = mngr.restore(6)
     assert 0 < float(restored['dynamic_scale']['scale']) <= 65536
 
@@ -121,7 +122,7 @@ def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path):
                                       str(tmp_path))
   np.testing.assert_allclose(evaluated['accuracy'], trained['accuracy'])
   np.testing.assert_allclose(evaluated['loss'], trained['loss'], rtol=1e-6)
-  with checkpoints.manager(str(tmp_path)) as mngr:
+  with checkpoint.manager(str(tmp_path)) as mngr:
     assert mngr.all_steps()[-1] == 6  # Nothing trained or written.
 
 
@@ -138,7 +139,7 @@ def test_a_signal_during_evaluation_stops_with_a_checkpoint(
   with caplog.at_level('WARNING'):
     assert loop.train_and_evaluate(config, str(tmp_path)) is None
   assert 'Stopped by SIGINT after step 3 of 6' in caplog.text
-  with checkpoints.manager(str(tmp_path)) as mngr:
+  with checkpoint.manager(str(tmp_path)) as mngr:
     assert mngr.all_steps() == [3]
   assert 'eval/loss' not in read_scalars(str(tmp_path))  # Eval was cut short.
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -6,7 +6,8 @@ import numpy as np
 import optax
 import pytest
 
-from recipes import experiment, optimizers, train_state
+from recipes import experiment
+from recipes.core import optimizers, train_state
 from recipes.parallel import strategy as strategies
 from tests.helpers import BatchNormNet, learnable_batch, tiny_config
 

@@ -9,8 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from recipes import checkpoints, loop
-from recipes.errors import UserError
+from recipes import checkpoint, loop
+from recipes.runtime.errors import UserError
 from tests.helpers import saved_params, tiny_config
 
 
@@ -35,7 +35,7 @@ def test_restart_resumes_and_matches_an_uninterrupted_run(
   _run(data_dir, tmp_path / 'straight', 8, strategy, model)
   # Saves at 3 and 5.
   _run(data_dir, tmp_path / 'restarted', 5, strategy, model)
-  assert checkpoints.manager(str(tmp_path / 'restarted')).all_steps() == [3, 5]
+  assert checkpoint.manager(str(tmp_path / 'restarted')).all_steps() == [3, 5]
   with caplog.at_level(logging.INFO):
     _run(data_dir, tmp_path / 'restarted', 8, strategy, model)
   assert 'Resuming from the checkpoint of step 5' in caplog.text
@@ -62,7 +62,7 @@ def test_a_pmap_checkpoint_resumes_under_the_sharded_recipe(data_dir,
 def test_a_finished_run_only_evaluates(data_dir, tmp_path):
   first = _run(data_dir, tmp_path / 'done', 4)
   again = _run(data_dir, tmp_path / 'done', 4)
-  assert checkpoints.manager(str(tmp_path / 'done')).all_steps() == [3, 4]
+  assert checkpoint.manager(str(tmp_path / 'done')).all_steps() == [3, 4]
   np.testing.assert_allclose(again['accuracy'], first['accuracy'])
   np.testing.assert_allclose(again['loss'], first['loss'], rtol=1e-6)
 

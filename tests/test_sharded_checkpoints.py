@@ -5,8 +5,8 @@ import numpy as np
 import optax
 
 import zoo
+from recipes import checkpoint
 from recipes.parallel import partition_rules
-from recipes import checkpoints
 from recipes.parallel.mesh import make_mesh
 from recipes.parallel.sharded import ShardedStrategy
 from tests.helpers import random_batch
@@ -21,7 +21,7 @@ def _strategy(mesh, devices=None):
 
 
 def test_restore_onto_another_mesh_and_fewer_devices(tmp_path):
-  assert checkpoints.restore(checkpoints.manager(str(tmp_path)),
+  assert checkpoint.restore(checkpoint.manager(str(tmp_path)),
                              _strategy(dict(data=8, fsdp=1, tensor=1))
                              .abstract_state) is None
   source = _strategy(dict(data=8, fsdp=1, tensor=1))
@@ -29,14 +29,14 @@ def test_restore_onto_another_mesh_and_fewer_devices(tmp_path):
   # A step first, so that the step count and Adam's moments are not zeros.
   state, _ = source.train_step(
       state, next(source.place_batches([random_batch(8)])))
-  with checkpoints.manager(str(tmp_path)) as mngr:  # Waits for the save.
-    checkpoints.save(mngr, 1, state)
+  with checkpoint.manager(str(tmp_path)) as mngr:  # Waits for the save.
+    checkpoint.save(mngr, 1, state)
   saved = source.to_host(state)
 
   for mesh, devices in ((dict(data=4, fsdp=1, tensor=2), None),
                         (dict(data=1, fsdp=2, tensor=2), jax.devices()[:4])):
     target = _strategy(mesh, devices)
-    restored = checkpoints.restore(checkpoints.manager(str(tmp_path)),
+    restored = checkpoint.restore(checkpoint.manager(str(tmp_path)),
                                    target.abstract_state)
     assert int(target.to_host(restored.step)) == 1
     # Every array lies where the new mesh's rules put it...

@@ -11,10 +11,10 @@ from ml_collections import config_flags
 
 import zoo
 from recipes import experiment
-from recipes.errors import UserError
 from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh, mesh_shape
 from recipes.parallel.sharded import ShardedStrategy
+from recipes.runtime.errors import UserError
 from tests.helpers import ROOT, tiny_config
 
 DP = dict(data=-1, fsdp=1, tensor=1)

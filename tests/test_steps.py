@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import optax
 
-from recipes import steps, train_state
+from recipes.core import steps, train_state
 from tests.helpers import DropoutNet, random_batch
 
 

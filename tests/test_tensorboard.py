@@ -15,7 +15,8 @@ import pytest
 import requests
 import tensorflow as tf
 
-from recipes import summaries, train
+from recipes import train
+from recipes.runtime import summaries
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
 

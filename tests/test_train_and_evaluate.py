@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
-from recipes import evaluation, experiment, optimizers, train
+from recipes import evaluation, experiment, train
+from recipes.core import optimizers
 from recipes.data import datasets, tfds_source
 from recipes.parallel.pmap import PmapStrategy
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist

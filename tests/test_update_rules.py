@@ -11,8 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from recipes import metrics, mixing, steps, train_state
-from recipes.train_state import UpdateRules
+from recipes.core import metrics, mixing, steps, train_state
+from recipes.core.train_state import UpdateRules
 from tests.helpers import BatchNormNet, learnable_batch, random_batch
 from zoo.mlp import MLP
 

@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from recipes import watchdog
-from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env,
-                           write_fashion_mnist)
+from recipes.runtime import watchdog
+from tests.helpers import LOCAL_LAUNCHER, ROOT, command_env, write_fashion_mnist
 
 
 def _python(code: str, timeout: float = 60):
@@ -23,7 +22,7 @@ def test_no_beat_for_the_timeout_dumps_every_stack_and_exits():
   start = time.monotonic()
   result = _python(
       'import threading, time\n'
-      'from recipes.watchdog import Watchdog\n'
+      'from recipes.runtime.watchdog import Watchdog\n'
       'def waiting_in_another_thread(): time.sleep(60)\n'
       'threading.Thread(target=waiting_in_another_thread, daemon=True).start()\n'
       'with Watchdog(0.5) as dog:\n'
@@ -44,7 +43,7 @@ def test_no_beat_for_the_timeout_dumps_every_stack_and_exits():
 def test_beats_keep_a_run_alive_and_zero_turns_the_watchdog_off():
   result = _python(
       'import time\n'
-      'from recipes.watchdog import Watchdog\n'
+      'from recipes.runtime.watchdog import Watchdog\n'
       'with Watchdog(0.5) as dog:\n'
       '  for step in range(40):\n'
       '    dog.beat(f"step {step}")\n'

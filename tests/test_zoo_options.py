@@ -15,9 +15,7 @@ import optax
 import pytest
 
 import zoo
-from zoo import layers
-from zoo import vit
-
+from zoo import layers, vit
 
 # Tiny models: compile time dominates (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures('fast_compiles')

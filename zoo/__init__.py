@@ -10,10 +10,10 @@ published counts), `input_shape(name, **kwargs)` the shape of one example, and
 import importlib
 import pkgutil
 
-from zoo.registry import (ModelSpec, create, input_shape, list_models,
-                          register, spec)
 from zoo.info import ModelInfo, model_info, num_params
 from zoo.pretrained import load_pretrained
+from zoo.registry import (ModelSpec, create, input_shape, list_models, register,
+                          spec)
 
 # Importing a module registers its models, and every module is imported: a
 # new model is one new file.

@@ -6,9 +6,9 @@ recipes.bench.checkpoints` saving and restoring."""
 import json
 import sys
 
-from recipes import storage
 from recipes.bench import step
-from recipes.errors import UserError
+from recipes.runtime import storage
+from recipes.runtime.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -6,7 +6,7 @@ The state is the model's with SGD momentum (ResNet-50: 25.6M parameters, the
 momentum and the batch-norm statistics, about 205 MB), on one device. Each
 repeat saves it into a fresh directory and restores it, twice: as plain
 orbax (`StandardCheckpointHandler`), and as the recipes do it
-(recipes/checkpoints.py: checksums written when the save completes, checked
+(recipes/checkpoint/store.py: checksums written when the save completes, checked
 before the restore). Prints a table of the medians:
 
 - save returns: the training thread is blocked this long (orbax copies the
@@ -25,7 +25,8 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 import zoo
-from recipes import checkpoints, train_state
+from recipes import checkpoint
+from recipes.core import train_state
 
 
 def _state(model_name: str):
@@ -44,9 +45,9 @@ def _plain_manager(directory: epath.Path) -> ocp.CheckpointManager:
 def _time_once(state, target, directory: epath.Path, checksummed: bool):
   """(save returns, save complete, restore) in seconds."""
   if checksummed:
-    mngr = checkpoints.manager(directory)
-    save = lambda: checkpoints.save(mngr, 1, state)
-    restore = lambda: checkpoints.restore_latest(mngr, target)[0]
+    mngr = checkpoint.manager(directory)
+    save = lambda: checkpoint.save(mngr, 1, state)
+    restore = lambda: checkpoint.restore_latest(mngr, target)[0]
   else:
     mngr = _plain_manager(directory)
     save = lambda: mngr.save(1, args=ocp.args.StandardSave(state))

@@ -18,7 +18,7 @@ from ml_collections import config_flags
 
 from recipes import experiment, loop
 from recipes.bench import step as bench_step
-from recipes.dispatch import OneAhead
+from recipes.runtime.dispatch import OneAhead
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', 'configs/fashion_mnist_pmap.py', 'Config to benchmark.')

@@ -25,8 +25,8 @@ import numpy as np
 
 from recipes.bench import step as bench_step
 from recipes.data import in_memory
-from recipes.errors import UserError
 from recipes.data.preprocess import Preprocessing
+from recipes.runtime.errors import UserError
 
 SPLITS = {
     'fashion_mnist': ((28, 28, 1), Preprocessing()),

@@ -29,9 +29,8 @@ import collections
 import dataclasses
 import functools
 import glob
-import json
 import gzip
-
+import json
 import os
 import sys
 import time
@@ -44,10 +43,10 @@ import numpy as np
 import optax
 
 import zoo
-from recipes import steps, train_state
-from recipes.dispatch import OneAhead
-from recipes.errors import UserError, check_divisible
+from recipes.core import steps, train_state
 from recipes.parallel import strategy as strategies
+from recipes.runtime.dispatch import OneAhead
+from recipes.runtime.errors import UserError, check_divisible
 
 # jit: the bare step on one device, the reference for the recipes' overhead.
 STRATEGIES = ('jit', *strategies.STRATEGIES)

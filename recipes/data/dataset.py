@@ -6,6 +6,7 @@ and streaming.StreamingDataset implement this interface.
 
 from typing import Iterator, Protocol, runtime_checkable
 
+import jax
 import numpy as np
 
 # Numpy arrays with a leading local-batch axis: `image` float32, `label`
@@ -53,3 +54,11 @@ class Dataset(Protocol):
     """One pass over evaluation split `split` (None: the first), padded to
     whole batches."""
     ...
+
+
+def process_slice(batch_size: int) -> tuple[int, int]:
+  """[start, stop) of this process's examples within each global batch of
+  `batch_size`: every process loads only its own contiguous rows."""
+  local = batch_size // jax.process_count()
+  start = jax.process_index() * local
+  return start, start + local

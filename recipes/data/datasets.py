@@ -27,7 +27,7 @@ from recipes.data import idx, streaming, tfds_source
 from recipes.data.dataset import Dataset
 from recipes.data.in_memory import InMemoryDataset
 from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 
 # Datasets read from IDX files, and their number of classes.
 OFFLINE_DATASETS = {'fashion_mnist_idx': 10}

@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-from recipes import storage
-from recipes.errors import UserError
+from recipes.runtime import storage
+from recipes.runtime.errors import UserError
 
 FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
 _SPLIT_PREFIX = {'train': 'train', 'test': 't10k'}

@@ -24,10 +24,9 @@ from typing import Iterator
 
 import tensorflow as tf
 
-from recipes.data.dataset import Batch
+from recipes.data.dataset import Batch, process_slice
 from recipes.data.preprocess import Preprocessing
-from recipes.errors import UserError
-from recipes.parallel.distributed import process_slice
+from recipes.runtime.errors import UserError
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> int:

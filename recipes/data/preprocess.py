@@ -37,7 +37,7 @@ from typing import Callable
 import tensorflow as tf
 
 from recipes.data import randaugment
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 
 MEAN_STD = {
     'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),

@@ -11,7 +11,7 @@ import numpy as np
 import requests
 import tensorflow_datasets as tfds
 
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 
 _FEATURES = ('image', 'label')
 

@@ -4,7 +4,7 @@ batch, and the log shows the parameters and where their copies live."""
 
 from clu import parameter_overview
 
-from recipes import train_state
+from recipes.core import train_state
 
 
 class DataParallel:

@@ -15,7 +15,7 @@ import os
 import jax
 from absl import logging
 
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 
 _ENV = ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID')
 
@@ -40,9 +40,3 @@ def initialize(requested: bool):
   logging.info('jax.distributed initialized: process %d of %d.',
                jax.process_index(), jax.process_count())
 
-
-def process_slice(batch_size: int) -> tuple[int, int]:
-  """[start, stop) of this process's examples within each global batch."""
-  local = batch_size // jax.process_count()
-  start = jax.process_index() * local
-  return start, start + local

@@ -8,8 +8,8 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from recipes.errors import UserError
 from recipes.parallel.partition_rules import MESH_AXES
+from recipes.runtime.errors import UserError
 
 
 def mesh_shape(sizes: Mapping[str, int], num_devices: int) -> tuple[int, ...]:

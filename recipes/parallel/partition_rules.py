@@ -35,7 +35,7 @@ from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
 import zoo
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 from zoo.partitioning import IMAGE, TOKENS
 
 MESH_AXES = ('data', 'fsdp', 'tensor')

@@ -15,7 +15,7 @@ import optax
 from flax import jax_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from recipes import steps, train_state
+from recipes.core import steps, train_state
 from recipes.parallel.data_parallel import DataParallel
 
 AXIS = 'batch'

@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from recipes import steps, train_state
+from recipes.core import steps, train_state
 from recipes.parallel import global_arrays
 from recipes.parallel.data_parallel import DataParallel
 

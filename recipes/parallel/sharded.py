@@ -25,9 +25,10 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from recipes import steps, train_state
-from recipes.parallel import global_arrays, partition_rules
+from recipes.core import steps, train_state
+from recipes.parallel import global_arrays
 from recipes.parallel import mesh as meshes
+from recipes.parallel import partition_rules
 from recipes.parallel.partition_rules import BATCH_AXES
 
 

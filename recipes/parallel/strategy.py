@@ -1,7 +1,7 @@
 """The `Strategy` interface and the registry of strategies by name.
 
 A strategy is everything that differs between ways of running the shared step
-(recipes/steps.py) on many devices: where the state lives and how it is
+(recipes/core/steps.py) on many devices: where the state lives and how it is
 created, how batches are placed, what the global batch must be divisible by,
 the compiled steps, and how the state goes to and from a checkpoint. The loop,
 the benchmark and the tests pick one by `config.strategy` here and use only
@@ -18,11 +18,11 @@ import flax.linen as nn
 import jax
 import optax
 
-from recipes.errors import UserError
+from recipes.core.train_state import TrainState
 from recipes.parallel.pmap import PmapStrategy
 from recipes.parallel.shard_map import ShardMapStrategy
 from recipes.parallel.sharded import ShardedStrategy
-from recipes.train_state import TrainState
+from recipes.runtime.errors import UserError
 
 
 class Strategy(Protocol):

@@ -5,9 +5,9 @@
     logits = model.apply(converted.variables, images)
 
 or in one call `zoo.load_pretrained('resnet50', 'resnet50.pth')` (zoo/
-pretrained.py), and on the command line `python -m zoo.convert
---source=torchvision SRC_FILE DST_DIR`, which writes an orbax checkpoint that
-`--config.init_from=DST_DIR` fine-tunes from (zoo/convert/__main__.py).
+pretrained.py). The recipes' `python -m recipes.convert --source=torchvision
+SRC_FILE DST_DIR` writes the result as an orbax checkpoint that
+`--config.init_from=DST_DIR` fine-tunes from (recipes/convert.py).
 
 Sources, one module each:
   torchvision  ResNet-18/34/50/101/152 state dicts     torchvision_resnet.py
@@ -24,8 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
-from zoo.convert import (big_vision_vit, files, timm_vit,
-                         torchvision_resnet)
+from zoo.convert import big_vision_vit, files, timm_vit, torchvision_resnet
 from zoo.convert.transfer import ConversionError, Converted
 
 SOURCES: dict[str, ModuleType] = {

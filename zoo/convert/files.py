@@ -1,7 +1,7 @@
 """Reading a checkpoint file into {name: numpy array}, in the file's order.
 
 A local file, or one in a bucket (gs://..., read whole into memory through
-the recipes' storage paths, as workdirs are).
+etils.epath, the file layer that orbax and TFDS use too).
 
 - `.safetensors`: parsed here with numpy (the format is an 8-byte header
   length, a JSON table of dtype, shape and byte offsets, then the raw
@@ -24,6 +24,7 @@ import zipfile
 
 import ml_dtypes
 import numpy as np
+from etils import epath
 
 from zoo.convert.transfer import ConversionError
 
@@ -48,9 +49,7 @@ def read(path: str | os.PathLike) -> dict[str, np.ndarray]:
                           f'{", ".join(EXTENSIONS)}.')
   source = path
   if '://' in path:
-    # pylint: disable-next=import-outside-toplevel
-    from recipes import storage  # Here: `import zoo` stays light.
-    location = storage.path(path)
+    location = epath.Path(path)
     if not location.is_file():
       raise ConversionError(f'checkpoint file {path!r} not found.')
     source = io.BytesIO(location.read_bytes())

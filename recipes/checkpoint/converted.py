@@ -1,6 +1,6 @@
 """A converted model as a checkpoint that `--config.init_from=DIR` reads.
 
-The layout is that of the recipes' own checkpoints (recipes/checkpoints.py):
+The layout is that of the recipes' own checkpoints (recipes/checkpoint/store.py):
 orbax's CheckpointManager in DIR with one step, `DIR/0/default`, a PyTree
 {'params': ..., 'batch_stats': ...} (batch statistics only for models that
 have them). Next to it, `DIR/model.json` records the zoo model, the
@@ -12,6 +12,9 @@ import json
 import os
 from typing import Any
 
+import orbax.checkpoint as ocp
+
+from recipes.runtime import storage
 from zoo.convert.transfer import ConversionError, Converted
 
 MODEL_FILE = 'model.json'
@@ -23,12 +26,7 @@ def save(converted: Converted, directory: str | os.PathLike,
          file: str) -> dict[str, Any]:
   """Writes `converted` (from `file`) to `directory`, which must be empty
   or new; returns what model.json says."""
-  # pylint: disable=import-outside-toplevel
-  # Here, not above: `import zoo` (which imports every module) stays light.
-  import orbax.checkpoint as ocp
-
-  from recipes import storage  # gs:// too; local paths made absolute.
-  path = storage.path(directory)
+  path = storage.path(directory)  # gs:// too; local paths made absolute.
   existed = path.exists()
   if existed:
     if not path.is_dir():

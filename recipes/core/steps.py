@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from recipes import mixing
-from recipes.metrics import EvalMetrics, TrainMetrics
-from recipes.train_state import TrainState, UpdateRules
+from recipes.core import mixing
+from recipes.core.metrics import EvalMetrics, TrainMetrics
+from recipes.core.train_state import TrainState, UpdateRules
 
 
 def _variables(params, batch_stats):
@@ -86,7 +86,7 @@ def dropout_key(seed: int, step, axis_name: str | None = None) -> jax.Array:
 
 
 def _mixed(batch, key, rules: UpdateRules):
-  """The batch with mixup/cutmix applied (see recipes/mixing.py), and both
+  """The batch with mixup/cutmix applied (see recipes/core/mixing.py), and both
   labels of each example with the weight of its own."""
   if not rules.soft_targets:
     return batch

@@ -10,7 +10,7 @@ Saving is asynchronous: `save` returns once the arrays are copied off the
 devices and orbax writes them in the background (a checkpoint appears under
 its step number only when complete). `manager(...).close()` waits for it.
 Once the files are written, still in the background, their checksums are
-written next to them (recipes/checksums.py) and checked before a restore.
+written next to them (recipes/checkpoint/checksums.py) and checked before a restore.
 A save that fails is a UserError at the next `check_saved` or `save`.
 
 Every process calls these functions; orbax writes each array's shards from
@@ -27,12 +27,12 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
-from flax import traverse_util
 from jax.experimental import multihost_utils
 
-from recipes import checksums, storage
-from recipes.errors import UserError, describe, root_cause
-from recipes.train_state import TrainState
+from recipes.checkpoint import checksums
+from recipes.core.train_state import TrainState
+from recipes.runtime import storage
+from recipes.runtime.errors import UserError, describe, root_cause
 
 
 class _Handler(ocp.StandardCheckpointHandler):
@@ -149,7 +149,7 @@ def restore(mngr: ocp.CheckpointManager, target: TrainState,
   return mngr.restore(step, args=_Restore(target))
 
 
-def _shapes(tree) -> dict[str, tuple[int, ...]]:
+def array_shapes(tree) -> dict[str, tuple[int, ...]]:
   """{'params/Conv_0/kernel': shape, ...} for a state or its saved metadata."""
 
   def name(key):
@@ -238,7 +238,7 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
   - A complete, readable checkpoint of other shapes (another model, size or
     optimizer) is a UserError, and nothing is touched.
   """
-  wanted = _shapes(target)
+  wanted = array_shapes(target)
   # In a bucket the directory exists only once it holds a checkpoint.
   entries = (sorted(mngr.directory.iterdir()) if mngr.directory.exists()
              else [])
@@ -252,7 +252,7 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
     problem = _damage(mngr, step)
     if problem is None:
       try:
-        saved = _shapes(mngr.item_metadata(step))
+        saved = array_shapes(mngr.item_metadata(step))
       except Exception as e:  # pylint: disable=broad-except
         problem = f'its metadata cannot be read ({describe(e)})'
       else:
@@ -284,59 +284,3 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
         'above). To start afresh, move that directory away or use another '
         '--workdir.')
   return None, 0
-
-
-def _step_directory(name: str) -> epath.Path:
-  """The checkpoint directory `name` names: a step's directory, or the latest
-  step of a checkpoints directory or of a run's workdir."""
-  path = storage.path(name)
-  if (path / 'default').is_dir():
-    return path
-  for directory in (path / 'checkpoints', path):
-    if directory.is_dir():
-      steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
-      if steps:
-        return directory / str(max(steps))
-  raise UserError(f'no checkpoint found at --config.init_from={name!r}; give '
-                  'a run\'s workdir, its checkpoints directory, one step '
-                  'directory in it, or a directory that python -m zoo.convert '
-                  'wrote.')
-
-
-def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
-  """Variables from another run's checkpoint at `path`, e.g. to fine-tune.
-
-  `target` is this run's {'params': tree, 'batch_stats': tree} of
-  `jax.ShapeDtypeStruct`s with shardings (batch_stats may be empty). Returns
-  (the loaded arrays that have the same name and shape there, flat
-  {'params/Dense_0/kernel': array, 'batch_stats/BatchNorm_0/mean': array},
-  and the names of the others, which the caller keeps as initialized --
-  typically a new classifier head). Batch statistics come across where the
-  checkpoint has them (a run's, or one written by `python -m zoo.convert`).
-  """
-  directory = _step_directory(path)
-  handler = ocp.PyTreeCheckpointHandler()
-  try:
-    tree = handler.metadata(directory / 'default').tree
-    saved = {f'{collection}/{name}': shape
-             for collection in target if tree.get(collection)
-             for name, shape in _shapes(tree[collection]).items()}
-  except Exception as e:  # pylint: disable=broad-except
-    raise UserError(f'cannot read the checkpoint {directory} for '
-                    f'--config.init_from ({type(e).__name__}: '
-                    f'{str(e)[:200]}).') from e
-  wanted = traverse_util.flatten_dict(
-      {k: v for k, v in target.items() if v}, sep='/')
-  loadable = {name: leaf for name, leaf in wanted.items()
-              if saved.get(name) == tuple(leaf.shape)}
-  if not any(name.startswith('params/') for name in loadable):
-    raise UserError(f'no parameter of this model has the same name and shape '
-                    f'in {directory} (--config.init_from): another model?')
-  item = traverse_util.unflatten_dict(loadable, sep='/')
-  restored = ocp.Checkpointer(handler).restore(
-      directory / 'default',
-      args=ocp.args.PyTreeRestore(
-          item=item, partial_restore=True,
-          restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
-  loaded = traverse_util.flatten_dict(restored, sep='/')
-  return loaded, sorted(set(wanted) - set(loaded))

@@ -11,7 +11,7 @@
   `LibraryNoise` keeps their warnings only.
 - orbax logs a failed save or read as errors with long tracebacks, from
   each of its threads, before the recipe reports the same failure itself in
-  one line (recipes/checkpoints.py): `LibraryNoise` keeps those for the
+  one line (recipes/checkpoint/store.py): `LibraryNoise` keeps those for the
   debug log too. After such a failure TensorStore's callbacks find orbax's
   event loop closed, and Python prints a traceback for each;
   `ignore_closed_event_loops` sends those to the debug log.

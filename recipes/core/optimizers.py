@@ -4,7 +4,7 @@ import flax
 import ml_collections
 import optax
 
-from recipes.errors import UserError
+from recipes.runtime.errors import UserError
 
 SCHEDULES = ('constant', 'exponential', 'warmup_cosine')
 OPTIMIZERS = ('sgd', 'adam', 'adamw')

@@ -1,6 +1,6 @@
 """Checks every config field before anything is loaded or written.
 
-One rule per field of recipes/defaults.py: what values it allows, written once
+One rule per field of recipes/config/defaults.py: what values it allows, written once
 so that the error and the check cannot disagree. A bad value ends the run with
 one line naming the field, the value and what is allowed. What depends on the
 devices or the data (the mesh against the device count, the batch against the
@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 import ml_collections
 
-from recipes import optimizers
+from recipes.core import optimizers
 from recipes.data import datasets, preprocess
-from recipes.errors import UserError
 from recipes.parallel.strategy import STRATEGIES
+from recipes.runtime.errors import UserError
 
 MODES = ('train', 'eval')
 HALF_PRECISION_DTYPES = ('bfloat16', 'float16')

@@ -145,7 +145,7 @@ def get_config() -> ml_collections.ConfigDict:
   # When no train step, eval batch or checkpoint save completes for this
   # long (the first step's compilation included), every process writes the
   # stacks of its threads and the run stops with one line saying where it
-  # stalled (recipes/watchdog.py). 0 = never.
+  # stalled (recipes/runtime/watchdog.py). 0 = never.
   config.stall_timeout_seconds = 300.0
 
   config.seed = 0

@@ -2,7 +2,7 @@
 
 Plus how updates are made: float16 loss scaling (a flax `DynamicScale`), an
 average of the parameters (EMA), and the `UpdateRules` the shared step
-follows (recipes/steps.py).
+follows (recipes/core/steps.py).
 """
 
 import dataclasses
@@ -20,7 +20,7 @@ from flax.training import train_state
 @dataclasses.dataclass(frozen=True)
 class UpdateRules:
   """What the shared step does besides the optimizer's update; the defaults
-  change nothing. The fields are the config's (recipes/defaults.py)."""
+  change nothing. The fields are the config's (recipes/config/defaults.py)."""
 
   label_smoothing: float = 0.0
   mixup_alpha: float = 0.0

@@ -7,7 +7,7 @@ The events are in a subdirectory, not WORKDIR itself, so that
 `tensorboard --logdir=WORKDIR` names the run `summaries`: for a run named `.`
 TensorBoard's hparams dashboard finds no metric values.
 
-The event files are written through `recipes.storage` like every other file,
+The event files are written through `recipes.runtime.storage` like every other file,
 so they land wherever the workdir is (a local disk, a bucket, an emulator).
 Cloud Storage objects cannot be appended to and appear only once complete,
 so each flush writes the events since the last one as a new, complete event
@@ -30,7 +30,7 @@ from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from recipes import storage
+from recipes.runtime import storage
 
 DIRECTORY = 'summaries'
 # Numbers the event files of this process, in every workdir and writer: with

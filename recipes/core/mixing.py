@@ -10,7 +10,7 @@ builds the targets (`targets`), which also applies label smoothing.
 import jax
 import jax.numpy as jnp
 
-from recipes.train_state import UpdateRules
+from recipes.core.train_state import UpdateRules
 
 
 def targets(labels, other_labels, label_weight, num_classes: int,

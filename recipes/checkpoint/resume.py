@@ -1,0 +1,109 @@
+"""Where a run's state starts: the workdir's latest checkpoint, or the
+parameters of another run (`config.init_from`)."""
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+from absl import logging
+from etils import epath
+from flax import traverse_util
+
+from recipes.checkpoint import store
+from recipes.runtime import storage
+from recipes.runtime.errors import UserError
+
+
+def restore_latest(mngr, strategy, state):
+  """The state of the latest checkpoint and its step, or (state, 0)."""
+  restored, _ = store.restore_latest(
+      mngr, strategy.checkpoint_target(state))
+  if restored is None:
+    return state, 0
+  state = strategy.from_checkpoint(restored)
+  step = int(strategy.to_host(state.step))
+  logging.info('Resuming from the checkpoint of step %d in %s.', step,
+               mngr.directory)
+  return state, step
+
+
+def init_from(path: str, strategy, state):
+  """`state` with the parameters and batch statistics of another run's
+  checkpoint (or a converted one) where they fit."""
+  target = strategy.checkpoint_target(state)
+  loaded, kept = load_params(
+      path, {'params': target.params, 'batch_stats': target.batch_stats})
+  whole = strategy.to_checkpoint(state)
+  variables = traverse_util.flatten_dict(
+      {'params': whole.params, 'batch_stats': whole.batch_stats}, sep='/')
+  variables.update(loaded)
+  variables = traverse_util.unflatten_dict(variables, sep='/')
+  stats = sum(name.startswith('batch_stats/') for name in loaded)
+  logging.info('Initialized %d parameter arrays%s from %s.',
+               len(loaded) - stats,
+               f' and {stats} batch statistics' if stats else '', path)
+  if kept:
+    logging.warning('Not in %s with the same shape, so trained from scratch: '
+                    '%s.', path, ', '.join(kept))
+  whole = whole.replace(params=variables['params'],
+                        batch_stats=variables.get('batch_stats',
+                                                  whole.batch_stats))
+  if whole.ema_params is not None:
+    # The average starts from the loaded parameters, as from initial ones.
+    whole = whole.replace(ema_params=jax.tree.map(jnp.copy, whole.params))
+  return strategy.from_checkpoint(whole)
+
+
+def _step_directory(name: str) -> epath.Path:
+  """The checkpoint directory `name` names: a step's directory, or the latest
+  step of a checkpoints directory or of a run's workdir."""
+  path = storage.path(name)
+  if (path / 'default').is_dir():
+    return path
+  for directory in (path / 'checkpoints', path):
+    if directory.is_dir():
+      steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
+      if steps:
+        return directory / str(max(steps))
+  raise UserError(f'no checkpoint found at --config.init_from={name!r}; give '
+                  'a run\'s workdir, its checkpoints directory, one step '
+                  'directory in it, or a directory that python -m recipes.convert '
+                  'wrote.')
+
+
+def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
+  """Variables from another run's checkpoint at `path`, e.g. to fine-tune.
+
+  `target` is this run's {'params': tree, 'batch_stats': tree} of
+  `jax.ShapeDtypeStruct`s with shardings (batch_stats may be empty). Returns
+  (the loaded arrays that have the same name and shape there, flat
+  {'params/Dense_0/kernel': array, 'batch_stats/BatchNorm_0/mean': array},
+  and the names of the others, which the caller keeps as initialized --
+  typically a new classifier head). Batch statistics come across where the
+  checkpoint has them (a run's, or one written by `python -m recipes.convert`).
+  """
+  directory = _step_directory(path)
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    tree = handler.metadata(directory / 'default').tree
+    saved = {f'{collection}/{name}': shape
+             for collection in target if tree.get(collection)
+             for name, shape in store.array_shapes(tree[collection]).items()}
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f'cannot read the checkpoint {directory} for '
+                    f'--config.init_from ({type(e).__name__}: '
+                    f'{str(e)[:200]}).') from e
+  wanted = traverse_util.flatten_dict(
+      {k: v for k, v in target.items() if v}, sep='/')
+  loadable = {name: leaf for name, leaf in wanted.items()
+              if saved.get(name) == tuple(leaf.shape)}
+  if not any(name.startswith('params/') for name in loadable):
+    raise UserError(f'no parameter of this model has the same name and shape '
+                    f'in {directory} (--config.init_from): another model?')
+  item = traverse_util.unflatten_dict(loadable, sep='/')
+  restored = ocp.Checkpointer(handler).restore(
+      directory / 'default',
+      args=ocp.args.PyTreeRestore(
+          item=item, partial_restore=True,
+          restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
+  loaded = traverse_util.flatten_dict(restored, sep='/')
+  return loaded, sorted(set(wanted) - set(loaded))

@@ -1,0 +1,3 @@
+"""What a run stands on: user errors, storage paths (local or gs://),
+TensorBoard summaries, preemption, the stall watchdog, bounded dispatch and
+the filter for library noise."""
