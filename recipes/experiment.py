@@ -1,5 +1,8 @@
-"""What a run is built from: data, schedule, model, optimizer and strategy,
-all from the config, with every mismatch found before anything is trained."""
+"""What a run is built from: data, schedule, model, optimizer, the state's
+spec and the strategy, all from the config, with every mismatch found before
+anything is trained. This is the one place that reads the config's fields
+into the typed settings of the layers below (UpdateRules, ParallelSettings,
+Preprocessing)."""
 
 import dataclasses
 
@@ -11,11 +14,15 @@ import optax
 from absl import logging
 
 import zoo
-from recipes.core import optimizers
+from recipes.core import optimizers, state_spec
+from recipes.core.state_spec import StateSpec
+from recipes.core.train_state import UpdateRules
 from recipes.data import datasets, in_memory
 from recipes.data.dataset import Dataset
 from recipes.data.preprocess import Preprocessing
+from recipes.parallel import partition_rules
 from recipes.parallel import strategy as strategies
+from recipes.parallel.strategy import ParallelSettings
 from recipes.runtime.errors import UserError, check_divisible
 
 # The summary prefix of config.eval_split; extra_eval_splits get eval_<name>.
@@ -34,12 +41,12 @@ class Experiment:
   schedule: optax.Schedule
   model: nn.Module
   tx: optax.GradientTransformation
+  spec: StateSpec
   strategy: strategies.Strategy
-  seed: int
 
   def create_state(self):
     """The initial state from the seed, placed by the strategy."""
-    return self.strategy.create_state(jax.random.PRNGKey(self.seed))
+    return self.strategy.create_state(jax.random.PRNGKey(self.spec.seed))
 
 
 def create_model(config: ml_collections.ConfigDict, num_classes: int,
@@ -64,6 +71,27 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
     raise UserError(str(e)) from None
 
 
+def update_rules(config: ml_collections.ConfigDict) -> UpdateRules:
+  """What the shared step does besides the optimizer's update."""
+  return UpdateRules(
+      label_smoothing=config.label_smoothing, mixup_alpha=config.mixup_alpha,
+      cutmix_alpha=config.cutmix_alpha, mix_prob=config.mix_prob,
+      cutmix_switch_prob=config.cutmix_switch_prob,
+      grad_accum_steps=config.grad_accum_steps, ema_decay=config.ema_decay,
+      skip_nonfinite_updates=config.skip_nonfinite_updates)
+
+
+def parallel_settings(config: ml_collections.ConfigDict) -> ParallelSettings:
+  """The strategy, mesh and rules; the model's default logical rules when
+  the config gives none."""
+  return ParallelSettings(
+      strategy=config.strategy, mesh=dict(config.mesh),
+      rules=partition_rules.logical_rules(
+          config.partition_rules,
+          partition_rules.default_rules(config.model)),
+      path_rules=tuple(config.path_rules))
+
+
 def eval_splits(config: ml_collections.ConfigDict) -> dict[str, str]:
   """Summary prefix -> split: eval_split under MAIN_EVAL, then the extra
   ones under eval_<name>."""
@@ -83,14 +111,15 @@ def _num_train_steps(config, per_epoch: int) -> int:
 def build(config: ml_collections.ConfigDict) -> Experiment:
   """Checks the config against the devices, loads the data, makes the rest."""
   strategy_class = strategies.get(config.strategy)
-  divisor, shards = strategy_class.batch_divisor(config, jax.device_count())
+  # A bad name or argument fails before the data loads.
+  create_model(config, 1, strategy_class.batch_axis)
+  settings = parallel_settings(config)
+  divisor, shards = strategies.batch_divisor(settings, jax.device_count())
   eval_batch_size = config.eval_batch_size or config.batch_size
   check_divisible('batch_size', config.batch_size, divisor, shards)
   check_divisible('eval_batch_size', eval_batch_size, divisor, shards)
   check_divisible('each batch shard', config.batch_size // divisor,
                   config.grad_accum_steps, 'micro-batches (grad_accum_steps)')
-  # A bad name or argument fails before the data loads.
-  create_model(config, 1, strategy_class.batch_axis)
 
   preprocessing = Preprocessing(
       config.augment, config.normalize, config.image_size,
@@ -109,7 +138,12 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
   model = create_model(config, data.num_classes, strategy_class.batch_axis)
   schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
   tx = optimizers.create_optimizer(config, schedule)
-  strategy = strategy_class.from_config(config, model, tx, data.image_shape)
+  spec = state_spec.make(
+      model, tx, data.image_shape, seed=config.seed,
+      loss_scaling=(config.half_precision
+                    and config.half_precision_dtype == 'float16'),
+      update_rules=update_rules(config))
+  strategy = strategies.create(spec, settings)
   logging.info('Strategy %s:\n%s', strategy.name, strategy.describe())
   return Experiment(data, per_epoch, num_steps, eval_batch_size, splits,
-                    schedule, model, tx, strategy, config.seed)
+                    schedule, model, tx, spec, strategy)

@@ -11,6 +11,7 @@ import pytest
 
 import zoo
 from recipes import experiment
+from recipes.core import state_spec
 from recipes.parallel import strategy as strategies
 from recipes.runtime.errors import UserError
 from tests.helpers import tiny_config
@@ -26,8 +27,9 @@ def _one_step(name: str, cross_device: bool):
   config.model_kwargs = zoo.spec('resnet20').test_kwargs
   strategy_class = strategies.get(name)
   model = experiment.create_model(config, 10, strategy_class.batch_axis)
-  strategy = strategy_class.from_config(config, model, optax.sgd(0.1),
-                                        (32, 32, 3))
+  strategy = strategies.create(
+      state_spec.make(model, optax.sgd(0.1), (32, 32, 3)),
+      experiment.parallel_settings(config))
   rng = np.random.default_rng(0)
   # Shares of unlike statistics: each device's examples have their own scale.
   images = rng.standard_normal((16, 32, 32, 3)).astype(np.float32)

@@ -23,7 +23,6 @@ import tensorflow_datasets as tfds
 from flax import traverse_util
 
 import zoo
-from recipes import checkpoint
 from recipes import convert as command
 from recipes import experiment
 from recipes.checkpoint import converted, resume

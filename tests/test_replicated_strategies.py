@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from recipes import experiment
-from recipes.core import optimizers, train_state
+from recipes.core import optimizers, state_spec
 from recipes.parallel import strategy as strategies
 from tests.helpers import BatchNormNet, learnable_batch, tiny_config
 
@@ -16,7 +16,8 @@ REPLICATED = ('pmap', 'shard_map')
 
 def _strategy(name, model, tx=None):
   tx = tx or optax.sgd(0.05, momentum=0.9)
-  return strategies.get(name)(model, tx, (28, 28, 1))
+  return strategies.create(state_spec.make(model, tx, (28, 28, 1)),
+                           strategies.ParallelSettings(strategy=name))
 
 
 def _replicated_state(config, name):
@@ -76,7 +77,7 @@ def test_metrics_cover_the_global_batch(name):
 def test_batch_norm_statistics_are_averaged_across_devices(name):
   model = BatchNormNet(num_classes=10)
   tx = optax.sgd(0.0)  # Parameters stay put: only the statistics change.
-  state = train_state.create(model, tx, (28, 28, 1), jax.random.PRNGKey(0))
+  state = state_spec.make(model, tx, (28, 28, 1)).create_state()
   assert state.batch_stats
   batch = learnable_batch()
   # Devices see different data, so per-device statistics would differ.

@@ -6,6 +6,7 @@ import optax
 
 import zoo
 from recipes import checkpoint
+from recipes.core import state_spec
 from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh
 from recipes.parallel.sharded import ShardedStrategy
@@ -15,9 +16,9 @@ from tests.helpers import random_batch
 def _strategy(mesh, devices=None):
   model = zoo.create('vit_ti16', num_classes=10, patch_size=7, image_size=28,
                      hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64)
-  return ShardedStrategy(make_mesh(mesh, devices), model,
-                         optax.adam(1e-3), (28, 28, 1),
-                         partition_rules.default_rules('vit_ti16'))
+  return ShardedStrategy(
+      state_spec.make(model, optax.adam(1e-3), (28, 28, 1)),
+      make_mesh(mesh, devices), partition_rules.default_rules('vit_ti16'))
 
 
 def test_restore_onto_another_mesh_and_fewer_devices(tmp_path):

@@ -11,6 +11,7 @@ from ml_collections import config_flags
 
 import zoo
 from recipes import experiment
+from recipes.core import state_spec
 from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh, mesh_shape
 from recipes.parallel.sharded import ShardedStrategy
@@ -26,7 +27,8 @@ def _strategy(name, mesh, tx=None, rules=None, path_rules=(), **kwargs):
   model = zoo.create(name, num_classes=10, **kwargs)
   shape = zoo.input_shape(name, **kwargs)
   return ShardedStrategy(
-      make_mesh(mesh), model, tx or optax.sgd(0.1, momentum=0.9), shape,
+      state_spec.make(model, tx or optax.sgd(0.1, momentum=0.9), shape),
+      make_mesh(mesh),
       partition_rules.default_rules(name) if rules is None else rules,
       path_rules)
 
@@ -181,9 +183,9 @@ class _Plain(nn.Module):
 def test_path_rules_first_match_wins_and_the_rest_is_replicated():
   rules = ((r'Dense_0/kernel$', (None, 'tensor')),
            (r'Dense_\d/kernel$', ('tensor',)))
-  strategy = ShardedStrategy(make_mesh(dict(data=4, fsdp=1, tensor=2)),
-                             _Plain(10), optax.sgd(0.1), (28, 28, 1),
-                             path_rules=rules)
+  strategy = ShardedStrategy(
+      state_spec.make(_Plain(10), optax.sgd(0.1), (28, 28, 1)),
+      make_mesh(dict(data=4, fsdp=1, tensor=2)), path_rules=rules)
   assert _specs(strategy) == {
       'Dense_0/kernel': P(None, 'tensor'), 'Dense_1/kernel': P('tensor'),
       'Dense_2/kernel': P('tensor'), 'Dense_0/bias': P(),
@@ -197,8 +199,9 @@ def test_bad_rules_are_clear_errors():
     partition_rules.logical_rules(('mlp',))
   with pytest.raises(UserError, match='has 3 entries but parameter '
                      r'Dense_0/bias has shape \(64,\)'):
-    ShardedStrategy(make_mesh(DP), _Plain(10), optax.sgd(0.1), (28, 28, 1),
-                    path_rules=(('Dense_0/bias', (None, None, None)),))
+    ShardedStrategy(
+        state_spec.make(_Plain(10), optax.sgd(0.1), (28, 28, 1)), make_mesh(DP),
+        path_rules=(('Dense_0/bias', (None, None, None)),))
   # Rules without 'batch' get the batch split over ('data', 'fsdp').
   assert partition_rules.logical_rules((('mlp', 'tensor'),))[0] == (
       'batch', ('data', 'fsdp'))
@@ -227,8 +230,9 @@ def test_a_rule_that_matches_no_parameter_gets_a_warning(caplog):
                                 ('height', None)),
               path_rules=(('Dense_0/kernel$', (None, 'tensor')),
                           ('Dense_9/kernel$', ('tensor',))))
-    ShardedStrategy(make_mesh(DP), _Plain(10), optax.sgd(0.1), (28, 28, 1),
-                    rules=(('mlp', 'tensor'),))
+    ShardedStrategy(
+        state_spec.make(_Plain(10), optax.sgd(0.1), (28, 28, 1)), make_mesh(DP),
+        rules=(('mlp', 'tensor'),))
   assert [r.getMessage() for r in caplog.records] == [
       "config.path_rules entry ('Dense_9/kernel$', ('tensor',)) matches no "
       "parameter path (they look like 'Conv_0/bias', 'Conv_0/kernel', "

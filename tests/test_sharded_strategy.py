@@ -8,6 +8,7 @@ import optax
 import pytest
 
 import zoo
+from recipes.core import state_spec
 from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh
 from recipes.parallel.sharded import ShardedStrategy
@@ -61,8 +62,9 @@ MLP_TENSOR_RULES = ((r'Dense_0/kernel$', (None, 'tensor')),
 
 @pytest.fixture(scope='module')
 def vit_reference():
-  strategy = ShardedStrategy(make_mesh(DP), _vit(), TX, (28, 28, 1),
-                             partition_rules.default_rules('vit_ti16'))
+  strategy = ShardedStrategy(
+      state_spec.make(_vit(), TX, (28, 28, 1)), make_mesh(DP),
+      partition_rules.default_rules('vit_ti16'))
   losses, state = _train(strategy, _batches(count=1) * STEPS)
   assert losses[-1] < losses[0]
   return losses, strategy.to_host(state)
@@ -71,8 +73,9 @@ def vit_reference():
 @pytest.mark.parametrize('layout', sorted(LAYOUTS))
 def test_vit_layouts_compute_what_pure_data_parallel_does(layout,
                                                           vit_reference):
-  strategy = ShardedStrategy(make_mesh(LAYOUTS[layout]), _vit(), TX,
-                             (28, 28, 1), partition_rules.default_rules('vit_ti16'))
+  strategy = ShardedStrategy(
+      state_spec.make(_vit(), TX, (28, 28, 1)), make_mesh(LAYOUTS[layout]),
+      partition_rules.default_rules('vit_ti16'))
   losses, state = _train(strategy, _batches(count=1) * STEPS)
   # Each device holds its own shard of parameters and momenta.
   kernel = state.params['block0']['Attention_0']['query']['kernel']
@@ -91,11 +94,13 @@ def test_vit_layouts_compute_what_pure_data_parallel_does(layout,
 
 def test_tensor_parallel_by_path_rules_computes_what_data_parallel_does():
   model = zoo.create('mlp', num_classes=10, hidden_sizes=(64, 64))
-  dp = ShardedStrategy(make_mesh(DP), model, TX, (28, 28, 1),
-                       partition_rules.default_rules('mlp'))
-  tp = ShardedStrategy(make_mesh(dict(data=2, fsdp=1, tensor=4)), model, TX,
-                       (28, 28, 1), partition_rules.default_rules('mlp'),
-                       path_rules=MLP_TENSOR_RULES)
+  dp = ShardedStrategy(
+      state_spec.make(model, TX, (28, 28, 1)), make_mesh(DP),
+      partition_rules.default_rules('mlp'))
+  tp = ShardedStrategy(
+      state_spec.make(model, TX, (28, 28, 1)),
+      make_mesh(dict(data=2, fsdp=1, tensor=4)),
+      partition_rules.default_rules('mlp'), path_rules=MLP_TENSOR_RULES)
   dp_losses, dp_state = _train(dp, _batches())
   tp_losses, tp_state = _train(tp, _batches())
   assert dp_losses[-1] < dp_losses[0]
@@ -107,8 +112,9 @@ def test_tensor_parallel_by_path_rules_computes_what_data_parallel_does():
 
 def test_batch_norm_statistics_cover_the_global_batch():
   model = BatchNormNet(num_classes=10)
-  strategy = ShardedStrategy(make_mesh(dict(data=2, fsdp=2, tensor=2)), model,
-                             optax.sgd(0.0), (28, 28, 1))
+  strategy = ShardedStrategy(
+      state_spec.make(model, optax.sgd(0.0), (28, 28, 1)),
+      make_mesh(dict(data=2, fsdp=2, tensor=2)))
   state = strategy.create_state(jax.random.PRNGKey(0))
   params = strategy.to_host(state.params)
   batch = _batches(64, count=1)[0]
@@ -123,10 +129,11 @@ def test_batch_norm_statistics_cover_the_global_batch():
 
 
 def test_cnn_state_is_created_in_shards_and_eval_sees_the_global_batch():
-  strategy = ShardedStrategy(make_mesh(dict(data=1, fsdp=-1, tensor=1)),
-                             zoo.create('cnn', num_classes=10),
-                             optax.sgd(0.1, momentum=0.9), (28, 28, 1),
-                             partition_rules.default_rules('cnn'))
+  strategy = ShardedStrategy(
+      state_spec.make(
+          zoo.create('cnn', num_classes=10), optax.sgd(0.1, momentum=0.9),
+          (28, 28, 1)), make_mesh(dict(data=1, fsdp=-1, tensor=1)),
+      partition_rules.default_rules('cnn'))
   state = strategy.create_state(jax.random.PRNGKey(0))
   for tree in (state.params, state.opt_state[0].trace):
     kernel = tree['Dense_0']['kernel']

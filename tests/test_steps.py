@@ -8,13 +8,13 @@ import jax
 import numpy as np
 import optax
 
-from recipes.core import steps, train_state
+from recipes.core import state_spec, steps
 from tests.helpers import DropoutNet, random_batch
 
 
 def _state(rate):
-  return train_state.create(DropoutNet(10, rate=rate), optax.sgd(0.1),
-                            (28, 28, 1), jax.random.PRNGKey(0))
+  return state_spec.make(DropoutNet(10, rate=rate), optax.sgd(0.1),
+                         (28, 28, 1)).create_state()
 
 
 def _train(state, num_steps, seed=0):

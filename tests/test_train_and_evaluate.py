@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from recipes import evaluation, experiment, train
-from recipes.core import optimizers
+from recipes.core import optimizers, state_spec
 from recipes.data import datasets, tfds_source
 from recipes.parallel.pmap import PmapStrategy
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
@@ -41,7 +41,7 @@ def test_idx_run_learns_and_evaluates_every_test_example(tmp_path):
   model = experiment.create_model(config, 10)
   tx = optimizers.create_optimizer(
       config, optimizers.learning_rate_schedule(config, 6, 4))
-  strategy = PmapStrategy(model, tx, (28, 28, 1))
+  strategy = PmapStrategy(state_spec.make(model, tx, (28, 28, 1)))
   state = strategy.create_state(jax.random.PRNGKey(0))
   metrics = evaluation.evaluate(strategy, state, data, batch_size=16)
   assert int(metrics.accuracy.count) == 100  # 7 batches, 12 padded slots.

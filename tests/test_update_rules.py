@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from recipes.core import metrics, mixing, steps, train_state
+from recipes.core import metrics, mixing, state_spec, steps
 from recipes.core.train_state import UpdateRules
 from tests.helpers import BatchNormNet, learnable_batch, random_batch
 from zoo.mlp import MLP
@@ -19,8 +19,8 @@ from zoo.mlp import MLP
 
 def _state(rules=UpdateRules(), model=None, tx=None):
   model = model or MLP(num_classes=10, hidden_sizes=(32,))
-  return train_state.create(model, tx or optax.sgd(0.1), (28, 28, 1),
-                            jax.random.PRNGKey(0), update_rules=rules)
+  return state_spec.make(model, tx or optax.sgd(0.1), (28, 28, 1),
+                         update_rules=rules).create_state()
 
 
 def _run(state, batches, seed=0):

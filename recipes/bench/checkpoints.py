@@ -26,14 +26,13 @@ from etils import epath
 
 import zoo
 from recipes import checkpoint
-from recipes.core import train_state
+from recipes.core import state_spec
 
 
 def _state(model_name: str):
   model = zoo.create(model_name, num_classes=1000)
   tx = optax.sgd(0.1, momentum=0.9)
-  return train_state.create(model, tx, zoo.input_shape(model_name),
-                            jax.random.PRNGKey(0))
+  return state_spec.make(model, tx, zoo.input_shape(model_name)).create_state()
 
 
 def _plain_manager(directory: epath.Path) -> ocp.CheckpointManager:

@@ -34,7 +34,6 @@ import json
 import os
 import sys
 import time
-import types
 from typing import Any, Callable
 
 import jax
@@ -43,7 +42,8 @@ import numpy as np
 import optax
 
 import zoo
-from recipes.core import steps, train_state
+from recipes.core import state_spec, steps
+from recipes.parallel import partition_rules
 from recipes.parallel import strategy as strategies
 from recipes.runtime.dispatch import OneAhead
 from recipes.runtime.errors import UserError, check_divisible
@@ -201,31 +201,25 @@ def bare_train_step():
                  donate_argnums=(0,))
 
 
-def _settings(args) -> types.SimpleNamespace:
-  """The config fields a strategy reads, as the command line sets them."""
-  return types.SimpleNamespace(
-      model=args.model, seed=args.seed, mesh=_mesh_sizes(args.mesh),
-      partition_rules=(), path_rules=(),
-      # As the recipes train in float16: with flax's DynamicScale.
-      half_precision=args.dtype != 'float32',
-      half_precision_dtype=args.dtype,
-      # The plain update: no mixing, accumulation or average.
-      **dataclasses.asdict(train_state.UpdateRules()))
-
-
 def _prepare(args, model, tx, shape, devices, batch) -> Timed:
+  # The state as the recipes make it (recipes/experiment.py), with the plain
+  # update (no mixing, accumulation or average); float16 as the recipes
+  # train it, with flax's DynamicScale.
+  spec = state_spec.make(model, tx, shape, seed=args.seed,
+                         loss_scaling=args.dtype == 'float16')
   rng = jax.random.PRNGKey(args.seed)
-  settings = _settings(args)
   if args.strategy == 'jit':
     with jax.default_device(devices[0]):
-      state = train_state.create(model, tx, shape, rng,
-                                 **train_state.options(settings))
+      state = spec.create_state(rng)
     return Timed(bare_train_step(), state,
                  jax.device_put(batch, devices[0]), jax.device_get, 1)
-  strategy_class = strategies.get(args.strategy)
-  divisor, shards = strategy_class.batch_divisor(settings, len(devices))
+  settings = strategies.ParallelSettings(
+      strategy=args.strategy, mesh=_mesh_sizes(args.mesh),
+      rules=partition_rules.logical_rules(
+          (), partition_rules.default_rules(args.model)))
+  divisor, shards = strategies.batch_divisor(settings, len(devices))
   check_divisible('batch_size', args.batch_size, divisor, shards)
-  strategy = strategy_class.from_config(settings, model, tx, shape, devices)
+  strategy = strategies.create(spec, settings, devices)
   return Timed(strategy.train_step, strategy.create_state(rng),
                next(strategy.place_batches([batch])), strategy.to_host,
                divisor)

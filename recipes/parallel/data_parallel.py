@@ -1,10 +1,9 @@
 """What the strategies with a replicated state share (pmap, shard_map): they
-are made from the config alike, every device takes an equal share of each
-batch, and the log shows the parameters and where their copies live."""
+are made from a state spec and a list of devices alike, every device takes an
+equal share of each batch, and the log shows the parameters and where their
+copies live."""
 
 from clu import parameter_overview
-
-from recipes.core import train_state
 
 
 class DataParallel:
@@ -16,13 +15,13 @@ class DataParallel:
   placement = ''
 
   @classmethod
-  def from_config(cls, config, model, tx, image_shape, devices=None):
-    return cls(model, tx, image_shape, seed=config.seed, devices=devices,
-               **train_state.options(config))
+  def from_settings(cls, spec, settings, devices=None):
+    del settings  # Only the sharded strategy has settings of its own.
+    return cls(spec, devices=devices)
 
   @staticmethod
-  def batch_divisor(config, num_devices: int) -> tuple[int, str]:
-    del config  # Every device gets an equal share.
+  def batch_divisor(settings, num_devices: int) -> tuple[int, str]:
+    del settings  # Every device gets an equal share.
     return num_devices, 'devices'
 
   def describe(self) -> str:

@@ -8,14 +8,13 @@ donated and reductions over the named axis (which spans all processes).
 import functools
 from typing import Iterable, Iterator
 
-import flax.linen as nn
 import jax
 import numpy as np
-import optax
 from flax import jax_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from recipes.core import steps, train_state
+from recipes.core import steps
+from recipes.core.state_spec import StateSpec
 from recipes.parallel.data_parallel import DataParallel
 
 AXIS = 'batch'
@@ -24,34 +23,33 @@ AXIS = 'batch'
 class PmapStrategy(DataParallel):
   """Places state and batches for `jax.pmap` and runs the shared steps.
 
-  `devices`: the local devices to use (default: all of them).
+  Args:
+    spec: the state to train (recipes/core/state_spec.py).
+    devices: the local devices to use (default: all of them).
+    prefetch: how many batches are placed on the devices ahead.
   """
 
   name = 'pmap'
   batch_axis = AXIS
 
-  def __init__(self, model: nn.Module, tx: optax.GradientTransformation,
-               image_shape: tuple[int, ...], seed: int = 0, devices=None,
-               prefetch: int = 2, **state_options):
+  def __init__(self, spec: StateSpec, devices=None, prefetch: int = 2):
     self.devices = list(devices) if devices else jax.local_devices()
     self.prefetch = prefetch
-    self._init = functools.partial(train_state.create, model, tx, image_shape,
-                                   **state_options)
-    self.abstract_state = train_state.abstract(model, tx, image_shape,
-                                               **state_options)
+    self.spec = spec
+    self.abstract_state = spec.abstract
     self.placement = (f'replicated on each of {len(self.devices)} local '
                       f'devices ({jax.device_count()} in all)')
     # All devices (the default) is what spans several processes.
     pmap_devices = None if devices is None else self.devices
     self.train_step = jax.pmap(
-        functools.partial(steps.train_step, axis_name=AXIS, seed=seed),
+        functools.partial(steps.train_step, axis_name=AXIS, seed=spec.seed),
         axis_name=AXIS, donate_argnums=(0,), devices=pmap_devices)
     self.eval_step = jax.pmap(
         functools.partial(steps.eval_step, axis_name=AXIS), axis_name=AXIS,
         devices=pmap_devices)
 
   def create_state(self, rng: jax.Array):
-    return self.place_state(self._init(rng))
+    return self.place_state(self.spec.create_state(rng))
 
   def place_state(self, state):
     """Copies a state that every process holds whole onto each device."""

@@ -11,13 +11,12 @@ reshaping: they are the global arrays the sharded recipe uses.
 import functools
 from typing import Iterable
 
-import flax.linen as nn
 import jax
 import numpy as np
-import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from recipes.core import steps, train_state
+from recipes.core import steps
+from recipes.core.state_spec import StateSpec
 from recipes.parallel import global_arrays
 from recipes.parallel.data_parallel import DataParallel
 
@@ -26,20 +25,23 @@ AXIS = 'batch'
 
 class ShardMapStrategy(DataParallel, global_arrays.GlobalState):
   """Replicates the state over a ('batch',) mesh and runs the shared steps
-  per device under `jax.shard_map`. `devices`: default all of them."""
+  per device under `jax.shard_map`.
+
+  Args:
+    spec: the state to train (recipes/core/state_spec.py).
+    devices: the devices of the mesh (default: all, of every process).
+    prefetch: how many batches are placed on the devices ahead.
+  """
 
   name = 'shard_map'
   batch_axis = AXIS
 
-  def __init__(self, model: nn.Module, tx: optax.GradientTransformation,
-               image_shape: tuple[int, ...], seed: int = 0,
-               devices: Iterable | None = None, prefetch: int = 2,
-               **state_options):
+  def __init__(self, spec: StateSpec, devices: Iterable | None = None,
+               prefetch: int = 2):
     devices = jax.devices() if devices is None else list(devices)
     self.mesh = Mesh(np.array(devices), (AXIS,))
-    self._init = functools.partial(train_state.create, model, tx, image_shape,
-                                   **state_options)
-    abstract = train_state.abstract(model, tx, image_shape, **state_options)
+    self.spec = spec
+    abstract = spec.abstract
     replicated = NamedSharding(self.mesh, PartitionSpec())
     self.state_shardings = jax.tree.map(lambda _: replicated, abstract)
     self.abstract_state = jax.tree.map(
@@ -62,11 +64,11 @@ class ShardMapStrategy(DataParallel, global_arrays.GlobalState):
 
     self.train_step = jax.jit(
         per_device(functools.partial(steps.train_step, axis_name=AXIS,
-                                     seed=seed),
+                                     seed=spec.seed),
                    (PartitionSpec(), PartitionSpec())),
         donate_argnums=(0,))
     self.eval_step = jax.jit(per_device(
         functools.partial(steps.eval_step, axis_name=AXIS), PartitionSpec()))
 
   def create_state(self, rng: jax.Array):
-    return self._init(rng, shardings=self.state_shardings)
+    return self.spec.create_state(rng, shardings=self.state_shardings)

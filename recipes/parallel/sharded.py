@@ -26,6 +26,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from recipes.core import steps, train_state
+from recipes.core.state_spec import StateSpec
 from recipes.parallel import global_arrays
 from recipes.parallel import mesh as meshes
 from recipes.parallel import partition_rules
@@ -35,34 +36,36 @@ from recipes.parallel.partition_rules import BATCH_AXES
 class ShardedStrategy(global_arrays.GlobalState):
   """Places state and batches on a mesh and runs the shared steps under jit.
 
-  Made for one model and optimizer: the state's shardings follow from the
-  parameters' shapes and logical names and from the rules. `rules` are Flax
-  logical-axis rules (e.g. `partition_rules.default_rules(name)`;
-  `from_config` picks them), `path_rules` regex rules on parameter paths;
-  see recipes/parallel/partition_rules.py.
+  The state's shardings follow from the parameters' shapes and logical
+  names and from the rules (recipes/parallel/partition_rules.py).
+
+  Args:
+    spec: the state to train (recipes/core/state_spec.py).
+    mesh: a ('data', 'fsdp', 'tensor') mesh (recipes/parallel/mesh.py).
+    rules: Flax logical-axis rules, e.g.
+      `partition_rules.default_rules(model_name)`.
+    path_rules: regex rules on parameter paths, checked first.
+    prefetch: how many batches are placed on the devices ahead.
   """
 
   name = 'sharded'
   batch_axis = None
 
-  def __init__(self, mesh: Mesh, model: nn.Module,
-               tx: optax.GradientTransformation, image_shape: tuple[int, ...],
-               rules: Iterable = (), path_rules: Iterable = (),
-               seed: int = 0, prefetch: int = 2, **state_options):
+  def __init__(self, spec: StateSpec, mesh: Mesh, rules: Iterable = (),
+               path_rules: Iterable = (), prefetch: int = 2):
     self.mesh = mesh
     self.rules = partition_rules.logical_rules(rules)
     self.path_rules = partition_rules.path_rules(path_rules)
-    self._init = functools.partial(train_state.create, model, tx, image_shape,
-                                   **state_options)
+    self.spec = spec
 
-    abstract = train_state.abstract(model, tx, image_shape, **state_options)
+    abstract = spec.abstract
     params = partition_rules.param_specs(
-        abstract.params, train_state.logical_names(model, image_shape),
-        self.rules, self.path_rules, dict(mesh.shape))
+        abstract.params, spec.logical_names, self.rules, self.path_rules,
+        dict(mesh.shape))
     # Optimizer state shaped like the parameters (momentum, Adam's moments)
     # is split like them; counts and other scalars are replicated.
     opt_state = optax.tree_map_params(
-        tx, lambda _, spec: spec, abstract.opt_state, params,
+        spec.tx, lambda _, spec: spec, abstract.opt_state, params,
         transform_non_params=lambda _: PartitionSpec(),
         is_leaf=lambda x: isinstance(x, PartitionSpec))
     # The parameters' average is split like them. The rest (step,
@@ -82,7 +85,7 @@ class ShardedStrategy(global_arrays.GlobalState):
     self.batch_sharding = NamedSharding(mesh, PartitionSpec(BATCH_AXES))
     self.replicated = NamedSharding(mesh, PartitionSpec())
     self._train_step = jax.jit(
-        functools.partial(steps.train_step, axis_name=None, seed=seed),
+        functools.partial(steps.train_step, axis_name=None, seed=spec.seed),
         in_shardings=(self.state_shardings, self.batch_sharding),
         out_shardings=(self.state_shardings, self.replicated),
         donate_argnums=(0,))
@@ -95,22 +98,16 @@ class ShardedStrategy(global_arrays.GlobalState):
         'number of processes', prefetch)
 
   @classmethod
-  def from_config(cls, config, model: nn.Module,
-                  tx: optax.GradientTransformation,
-                  image_shape: tuple[int, ...],
-                  devices=None) -> 'ShardedStrategy':
-    """The mesh from `config.mesh`, rules from `config.partition_rules`
-    (default: the model's) and `config.path_rules`."""
-    return cls(meshes.make_mesh(config.mesh, devices), model, tx, image_shape,
-               rules=partition_rules.logical_rules(
-                   config.partition_rules,
-                   partition_rules.default_rules(config.model)),
-               path_rules=config.path_rules,
-               seed=config.seed, **train_state.options(config))
+  def from_settings(cls, spec: StateSpec, settings,
+                    devices=None) -> 'ShardedStrategy':
+    """The mesh of `settings.mesh` over `devices` (default: all), with the
+    settings' rules."""
+    return cls(spec, meshes.make_mesh(settings.mesh, devices),
+               rules=settings.rules, path_rules=settings.path_rules)
 
   @staticmethod
-  def batch_divisor(config, num_devices: int) -> tuple[int, str]:
-    data, fsdp, _ = meshes.mesh_shape(config.mesh, num_devices)
+  def batch_divisor(settings, num_devices: int) -> tuple[int, str]:
+    data, fsdp, _ = meshes.mesh_shape(settings.mesh, num_devices)
     # Each process loads its own rows, so they must also divide evenly.
     return (math.lcm(data * fsdp, jax.process_count()),
             'batch shards (mesh.data x mesh.fsdp)')
@@ -134,7 +131,7 @@ class ShardedStrategy(global_arrays.GlobalState):
   def create_state(self, rng: jax.Array) -> train_state.TrainState:
     """The initial state, each array created directly in its shards."""
     with self._scope():
-      return self._init(rng, shardings=self.state_shardings)
+      return self.spec.create_state(rng, shardings=self.state_shardings)
 
   def train_step(self, state, batch):
     with self._scope():

@@ -4,25 +4,45 @@ A strategy is everything that differs between ways of running the shared step
 (recipes/core/steps.py) on many devices: where the state lives and how it is
 created, how batches are placed, what the global batch must be divisible by,
 the compiled steps, and how the state goes to and from a checkpoint. The loop,
-the benchmark and the tests pick one by `config.strategy` here and use only
-this interface.
+the benchmark and the tests make one with `create(spec, settings)` and use
+only this interface.
 
 To add a strategy: write a class with these members in its own module under
 recipes/parallel/ (recipes/parallel/shard_map.py is the shortest to copy) and
 add it to STRATEGIES.
 """
 
-from typing import Any, Iterable, Iterator, Protocol
+import dataclasses
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
-import flax.linen as nn
 import jax
-import optax
 
+from recipes.core.state_spec import StateSpec
 from recipes.core.train_state import TrainState
 from recipes.parallel.pmap import PmapStrategy
 from recipes.parallel.shard_map import ShardMapStrategy
 from recipes.parallel.sharded import ShardedStrategy
 from recipes.runtime.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelSettings:
+  """How a run is spread over the devices (the config's parallel fields).
+
+  Attributes:
+    strategy: a name from STRATEGIES.
+    mesh: the sharded strategy's axis sizes {'data', 'fsdp', 'tensor'}; one
+      may be -1 (the devices left over).
+    rules: the sharded strategy's Flax logical-axis rules, already resolved
+      (recipes/parallel/partition_rules.py `logical_rules`).
+    path_rules: the sharded strategy's regex rules on parameter paths.
+  """
+
+  strategy: str = 'pmap'
+  mesh: Mapping[str, int] = dataclasses.field(
+      default_factory=lambda: dict(data=-1, fsdp=1, tensor=1))
+  rules: tuple = ()
+  path_rules: tuple = ()
 
 
 class Strategy(Protocol):
@@ -34,14 +54,13 @@ class Strategy(Protocol):
   batch_axis: str | None
 
   @classmethod
-  def from_config(cls, config, model: nn.Module,
-                  tx: optax.GradientTransformation,
-                  image_shape: tuple[int, ...],
-                  devices: Iterable | None = None) -> 'Strategy':
-    """The strategy for one model and optimizer, set up as `config` says."""
+  def from_settings(cls, spec: StateSpec, settings: ParallelSettings,
+                    devices: Iterable | None = None) -> 'Strategy':
+    """The strategy for the state of `spec`, set up as `settings` say."""
 
   @staticmethod
-  def batch_divisor(config, num_devices: int) -> tuple[int, str]:
+  def batch_divisor(settings: ParallelSettings,
+                    num_devices: int) -> tuple[int, str]:
     """What every global batch must be divisible by, and what to call it
     in an error message (known before the model or data exist)."""
 
@@ -86,3 +105,25 @@ def get(name: str) -> type[Strategy]:
   except KeyError:
     raise UserError(f'unknown strategy {name!r}; choose one of '
                     f'{", ".join(STRATEGIES)}.') from None
+
+
+def create(spec: StateSpec, settings: ParallelSettings,
+           devices: Iterable | None = None) -> Strategy:
+  """The strategy that trains the state of `spec`.
+
+  Args:
+    spec: the state (recipes/core/state_spec.py).
+    settings: which strategy, and its mesh and rules.
+    devices: the devices to use; default: the strategy's (all of them).
+
+  Returns:
+    The strategy, ready to create or restore the state and run the steps.
+  """
+  return get(settings.strategy).from_settings(spec, settings, devices)
+
+
+def batch_divisor(settings: ParallelSettings,
+                  num_devices: int) -> tuple[int, str]:
+  """What every global batch must be divisible by under `settings` on
+  `num_devices` devices, and what to call it in an error message."""
+  return get(settings.strategy).batch_divisor(settings, num_devices)
