@@ -1,6 +1,7 @@
-"""The layout's rules, checked from the source: no import cycles between the
-project's modules, and the zoo names no mesh axis (models speak logical axis
-names only; recipes/parallel/ maps them onto meshes)."""
+"""The layout's rules, checked from the source: the recipes' layers import
+only downward, the zoo never imports the recipes, no import cycles between
+the project's modules, and the zoo names no mesh axis (models speak logical
+axis names only; recipes/parallel/ maps them onto meshes)."""
 
 import ast
 import pathlib
@@ -54,11 +55,71 @@ def _cycle(graph) -> list[str] | None:
   return None
 
 
-def test_no_import_cycles():
+# The recipes' layers, lowest first: a module may import its own layer and
+# those below it (and the zoo), never one above. The root of recipes/ holds
+# the commands and the run; bench/ times them from the outside.
+LAYERS = ('runtime', 'core', 'data', 'parallel', 'checkpoint', 'config',
+          'root', 'bench')
+
+
+def _layer(module: str) -> str:
+  """'recipes.core.steps' -> 'core'; 'recipes.train' -> 'root'."""
+  parts = module.split('.')
+  if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS):
+    return parts[1]
+  return 'root'
+
+
+def _upward_imports(graph) -> list[str]:
+  """'a -> b' for each import of a recipes module from a higher layer."""
+  found = []
+  for name, imported in sorted(graph.items()):
+    if not name.startswith('recipes'):
+      continue
+    for other in sorted(imported):
+      if other.startswith('recipes') and (
+          LAYERS.index(_layer(other)) > LAYERS.index(_layer(name))):
+        found.append(f'{name} ({_layer(name)}) -> {other} ({_layer(other)})')
+  return found
+
+
+def _graph():
   modules = _modules()
-  assert 'recipes.parallel.strategy' in modules and 'zoo.registry' in modules
-  graph = {name: _imports(path, modules) - {name}
-           for name, path in modules.items()}
+  return {name: _imports(path, modules) - {name}
+          for name, path in modules.items()}
+
+
+def test_every_recipes_folder_is_a_layer():
+  folders = {path.name for path in (pathlib.Path(ROOT) / 'recipes').iterdir()
+             if (path / '__init__.py').exists()}
+  assert folders == set(LAYERS) - {'root'}
+
+
+def test_the_recipes_layers_import_only_downward():
+  assert _upward_imports(_graph()) == []
+
+
+def test_the_layer_check_finds_upward_imports():
+  graph = {'recipes.core.steps': {'recipes.parallel.mesh'},
+           'recipes.parallel.mesh': {'recipes.core.steps', 'zoo'},
+           'recipes.train': {'recipes.bench.step'}}
+  assert _upward_imports(graph) == [
+      'recipes.core.steps (core) -> recipes.parallel.mesh (parallel)',
+      'recipes.train (root) -> recipes.bench.step (bench)']
+
+
+def test_the_zoo_never_imports_the_recipes():
+  graph = _graph()
+  assert 'zoo.convert.files' in graph
+  found = [f'{name} -> {other}' for name, imported in sorted(graph.items())
+           if name.startswith('zoo') for other in sorted(imported)
+           if other.startswith('recipes')]
+  assert found == []
+
+
+def test_no_import_cycles():
+  graph = _graph()
+  assert 'recipes.parallel.strategy' in graph and 'zoo.registry' in graph
   assert _cycle(graph) is None, ' -> '.join(_cycle(graph))
 
 
