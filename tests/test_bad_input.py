@@ -102,8 +102,8 @@ def test_mnist_not_downloadable(tmp_path, empty_dir):
 def test_unknown_config_field_is_rejected(tmp_path):
   line = _train(tmp_path, '--config.batchsize=64')
   assert line == ("error: unknown config field 'batchsize'; did you mean "
-                  "'batch_size' or 'eval_batch_size'? See recipes/config/defaults.py "
-                  'for all fields.')
+                  "'batch_size' or 'eval_batch_size'? --help lists all "
+                  'fields.')
 
 
 def test_config_file_missing(tmp_path):
@@ -154,8 +154,8 @@ def test_config_file_returning_a_dict(tmp_path):
   config.write_text('def get_config():\n  return dict(batch_size=8)\n')
   assert _train(tmp_path, config=str(config)) == (
       f"error: get_config() in '{config}' returned a dict, not an "
-      'ml_collections.ConfigDict; start from recipes/defaults.get_config() '
-      'and return that.')
+      'ml_collections.ConfigDict; start from recipes/config/defaults.py '
+      'get_config() and return that.')
 
 
 def test_workdir_not_writable(tmp_path):

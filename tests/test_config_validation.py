@@ -5,6 +5,7 @@ tests/test_bad_input.py runs a few of these through the command itself)."""
 
 import gzip
 import math
+import pathlib
 import re
 
 import ml_collections
@@ -13,9 +14,9 @@ import pytest
 
 from recipes import checkpoint, loop
 from recipes.config import defaults as default
-from recipes.config import validation
+from recipes.config import fields, validation
 from recipes.runtime.errors import UserError
-from tests.helpers import tiny_config, write_fashion_mnist, write_idx
+from tests.helpers import ROOT, tiny_config, write_fashion_mnist, write_idx
 
 
 def _config(data_dir, **overrides):
@@ -39,6 +40,21 @@ def _leaf_names(config, prefix=''):
 def test_every_field_has_a_rule():
   names = set(_leaf_names(default.get_config()))
   assert names == set(validation.RULES) | set(validation.CHECKED_ELSEWHERE)
+
+
+def test_every_field_says_what_it_does_and_allows():
+  for name, field in fields.FIELDS.items():
+    assert field.help.strip() and field.help.endswith('.'), name
+    assert field.rule or field.checked_by, name
+
+
+def test_the_docs_table_is_the_one_the_fields_give():
+  """docs/config.md holds the table `python -m recipes.config.fields`
+  prints: after a change to a field, run it and paste the table."""
+  text = pathlib.Path(ROOT, 'docs', 'config.md').read_text()
+  table = text.split('python -m recipes.config.fields -->\n', 1)[1]
+  table = table.split('<!-- end of the generated table -->', 1)[0]
+  assert table == fields.markdown_table()
 
 
 def test_the_defaults_pass():

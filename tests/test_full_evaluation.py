@@ -92,9 +92,13 @@ def test_the_whole_split_gives_the_single_device_result(
   source, reference = trained
   workdir = tmp_path / 'work'
   shutil.copytree(source / 'checkpoints', workdir / 'checkpoints')
-  command = [sys.executable, '-m', 'recipes.train',
+  # Both ways to evaluate: the evaluate command, and the train command with
+  # mode=eval.
+  evaluate = (['recipes.evaluate'] if processes > 1 else
+              ['recipes.train', '--config.mode=eval'])
+  command = [sys.executable, '-m', evaluate[0],
              '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
-             '--config.mode=eval', f'--config.num_train_steps={STEPS}',
+             *evaluate[1:], f'--config.num_train_steps={STEPS}',
              '--config.stall_timeout_seconds=120', *TOOLKIT, *flags]
   env = command_env(JAX_NUM_CPU_DEVICES=str(devices))
   if processes > 1:
