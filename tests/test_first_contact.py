@@ -2,6 +2,7 @@
 `--help`, and a model of their own."""
 
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -158,8 +159,8 @@ def test_the_first_screen_is_ours(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout == ''
   lines = result.stderr.splitlines()
-  ours = {name for name in os.listdir(os.path.join(ROOT, 'recipes'))
-          if name.endswith('.py')} | _CLU_FILES
+  ours = {path.name for path in pathlib.Path(ROOT, 'recipes').rglob('*.py')
+          } | _CLU_FILES
   strays, ours_or_warning = [], False
   for line in lines:
     record = _RECORD.match(line)
@@ -185,7 +186,7 @@ def test_tensorflow_notices_are_dropped_and_its_warnings_kept(tmp_path):
       "are on. You may see ...\\n')\n"
       "os.write(2, b'W0000 00:00:1.3 7 gpu.cc:1] a real warning\\n')\n")
   result = subprocess.run(
-      [sys.executable, '-c', 'from recipes import library_noise; '
+      [sys.executable, '-c', 'from recipes.runtime import library_noise; '
        'library_noise.import_tensorflow(); print("imported")'],
       capture_output=True, text=True, timeout=60, cwd=ROOT,
       env={**os.environ, 'PYTHONPATH': f'{tmp_path}{os.pathsep}{ROOT}'})
@@ -196,9 +197,8 @@ def test_tensorflow_notices_are_dropped_and_its_warnings_kept(tmp_path):
 
 def _field_lines(text: str) -> dict[str, str]:
   """{field: value} from the config field lines of the help."""
-  fields = text.split('override any with --config.FIELD=VALUE:\n', 1)[1]
-  return dict(line.split(None, 1) for line in fields.splitlines()
-              if line.startswith('  ') and not line.startswith('   '))
+  fields = text.split('(docs/config.md has them as a table):\n', 1)[1]
+  return dict(re.findall(r'^  ([\w.]+) = (.*)$', fields, re.MULTILINE))
 
 
 @pytest.mark.slow
@@ -215,6 +215,8 @@ def test_help_lists_our_flags_and_every_config_field():
     if not isinstance(value, ml_collections.ConfigDict):
       assert fields[name] == repr(value), name
   assert fields['mesh.data'] == '-1' and fields['model_kwargs'] == '{}'
+  # Each field by section, with what it does.
+  assert '\nschedule:\n  batch_size = 128\n      The global batch' in text
   for library in ('absltest', 'tensorflow', 'orbax', 'absl.logging'):
     assert library not in text
 
@@ -224,7 +226,7 @@ def test_help_lists_our_flags_and_every_config_field():
   assert result.returncode == 0 and result.stderr == '', result.stderr
   fields = _field_lines(result.stdout)
   assert fields['model'] == "'vit_s16'" and fields['mesh.tensor'] == '2'
-  assert fields['model_kwargs.patch_size'] == '4'
+  assert fields['model_kwargs'] == "{'image_size': 32, 'patch_size': 4}"
   assert 'absl.logging:' in result.stdout and '--verbosity' in result.stdout
   assert 'absltest' not in result.stdout and 'tensorflow' not in result.stdout
 
@@ -240,19 +242,20 @@ def test_the_command_alone_says_what_it_needs():
       'fields).\n')
 
 
-# The module of a model of the user's own, as the README shows it.
-def _readme_model_module() -> str:
-  section = _readme().split('### A model of your own', 1)[1]
+# The module of a model of the user's own, as docs/models.md shows it.
+def _docs_model_module() -> str:
+  with open(os.path.join(ROOT, 'docs', 'models.md'), encoding='utf-8') as f:
+    section = f.read().split('## A model of your own', 1)[1]
   return re.search(r'```python\n# my_models.py\n(.*?)```', section,
                    re.DOTALL)[1]
 
 
 @pytest.mark.slow
 def test_a_model_of_ones_own_trains_sharded_by_path_rules(tmp_path):
-  """The README's module, in the user's directory, outside the zoo: the
-  sharded recipe places it by path rules and warns of a rule that matches
-  no parameter."""
-  (tmp_path / 'my_models.py').write_text(_readme_model_module())
+  """The module of docs/models.md, in the user's directory, outside the
+  zoo: the sharded recipe places it by path rules and warns of a rule that
+  matches no parameter."""
+  (tmp_path / 'my_models.py').write_text(_docs_model_module())
   data = tmp_path / 'data'
   data.mkdir()
   write_fashion_mnist(str(data), num_train=64, num_test=16)
@@ -281,7 +284,7 @@ def test_a_model_of_ones_own_trains_sharded_by_path_rules(tmp_path):
 def own_models(tmp_path, monkeypatch):
   """A directory on sys.path with a module of models outside the zoo."""
   (tmp_path / 'own_models.py').write_text(
-      _readme_model_module() + '\nNOT_A_MODULE = 3\n')
+      _docs_model_module() + '\nNOT_A_MODULE = 3\n')
   (tmp_path / 'broken_models.py').write_text('import no_such_dependency\n')
   monkeypatch.syspath_prepend(str(tmp_path))
   yield

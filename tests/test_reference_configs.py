@@ -1,7 +1,9 @@
-"""Reference configs: the table in each docstring says what the config sets.
+"""Reference configs: their provenance tables say what the configs set.
 
-A reference config reproduces a published recipe, and its docstring holds a
-table of every hyperparameter, one row each, three columns split by `|`:
+A reference config reproduces a published recipe. docs/provenance/ holds one
+file per source, with a section per config that follows it (`## configs/
+NAME.py`) and in it a table of every hyperparameter, one row each, three
+columns split by `|`, in a ```text block:
 
     Hyperparameter  | Source (file:line)             | This config (field=value)
     --------------- | ------------------------------ | -------------------------
@@ -17,9 +19,12 @@ where `field` is a dotted path into get_config() (`model_kwargs.pool`,
 `mesh.fsdp`) and `value` a Python literal or arithmetic on literals
 (`0.1*1024/256`); after the first `;` comes free text (e.g. 'DIFFERS: ...').
 
+A config whose table is mostly another's gives only the rows that differ,
+after the line 'The rows of `configs/BASE.py`, with these instead:'.
+
 The tests check every pair against get_config(), and that every field the
-config changes from recipes/config/defaults.py appears in its table, so neither the
-table nor the config can drift without failing here.
+config changes from the defaults appears in its table, so neither the table
+nor the config can drift without failing here.
 """
 
 import ast
@@ -27,6 +32,8 @@ import importlib
 import math
 import operator
 import os
+import pathlib
+import re
 import types
 
 import ml_collections
@@ -38,6 +45,7 @@ from tests.helpers import ROOT
 REFERENCE_CONFIGS = ('imagenet_resnet50_tpu', 'imagenet_resnet50_gpu',
                      'imagenet_vit_s16', 'imagenet_vit_b16_pod',
                      'imagenet_vit_b16_finetune', 'cifar10_vit_b16_finetune')
+PROVENANCE = pathlib.Path(ROOT, 'docs', 'provenance')
 
 # Cells the check reads, and fields a table need not mention.
 _NOTHING = ('—', '-', '')
@@ -144,10 +152,10 @@ def config_pairs(cell: str) -> dict[str, object]:
   return pairs
 
 
-def documented_values(docstring: str) -> dict[str, object]:
-  """Every field=value in the table; a field may appear in one row only."""
+def documented_values(rows) -> dict[str, object]:
+  """Every field=value in the rows; a field may appear in one row only."""
   values = {}
-  for name, _, cell in table_rows(docstring):
+  for name, _, cell in rows:
     for field, value in config_pairs(cell).items():
       if field in values:
         raise TableError(f'{field} appears twice (again in row {name!r})')
@@ -189,10 +197,10 @@ def _flatten(config, prefix=''):
   return out
 
 
-def mismatches(docstring: str, config) -> list[str]:
+def mismatches(rows, config) -> list[str]:
   """What the table says and the config does not: empty when they agree."""
   problems = []
-  documented = documented_values(docstring)
+  documented = documented_values(rows)
   for field, value in documented.items():
     try:
       actual = _lookup(config, field)
@@ -211,25 +219,77 @@ def mismatches(docstring: str, config) -> list[str]:
   return problems
 
 
+def _sections(text: str) -> dict[str, str]:
+  """{config name: its section's text} of one provenance file."""
+  sections = {}
+  for section in re.split(r'(?m)^## ', text)[1:]:
+    heading, body = section.split('\n', 1)
+    match = re.fullmatch(r'configs/(\w+)\.py', heading.strip())
+    if not match:
+      raise TableError(f'a section heading that names no config: {heading!r}')
+    sections[match[1]] = body
+  return sections
+
+
+def provenance_sections() -> dict[str, str]:
+  """{config name: its section} over every file of docs/provenance/."""
+  sections = {}
+  for path in sorted(PROVENANCE.glob('*.md')):
+    for name, body in _sections(path.read_text()).items():
+      if name in sections:
+        raise TableError(f'configs/{name}.py has two provenance tables')
+      sections[name] = body
+  return sections
+
+
+def config_rows(name: str, sections: dict[str, str]):
+  """The rows of config `name`'s table; those of the config it is based on,
+  where its section gives only the rows that differ."""
+  body = sections[name]
+  table = re.search(r'```text\n(.*?)```', body, re.DOTALL)
+  if not table:
+    raise TableError(f'configs/{name}.py: no ```text table')
+  rows = table_rows(table[1])
+  base = re.search(r'The rows of `configs/(\w+)\.py`, with these instead',
+                   body)
+  if not base:
+    return rows
+  merged = {row[0]: row for row in config_rows(base[1], sections)}
+  for row in rows:
+    if row[0] not in merged:
+      raise TableError(f'configs/{name}.py: row {row[0]!r} is not in the '
+                       f'table of configs/{base[1]}.py')
+    merged[row[0]] = row
+  return list(merged.values())
+
+
 def _module(name):
   return importlib.import_module(f'configs.{name}')
 
 
+def test_every_reference_config_has_one_table_and_names_it():
+  sections = provenance_sections()
+  assert set(sections) == set(REFERENCE_CONFIGS)
+  for path in PROVENANCE.glob('*.md'):
+    for name in _sections(path.read_text()):
+      assert f'docs/provenance/{path.name}' in _module(name).__doc__, name
+
+
 @pytest.mark.parametrize('name', REFERENCE_CONFIGS)
 def test_table_matches_config(name):
-  module = _module(name)
-  assert mismatches(module.__doc__, module.get_config()) == []
+  rows = config_rows(name, provenance_sections())
+  assert mismatches(rows, _module(name).get_config()) == []
 
 
 @pytest.mark.parametrize('name', REFERENCE_CONFIGS)
 def test_table_has_the_core_hyperparameters(name):
-  documented = documented_values(_module(name).__doc__)
+  documented = documented_values(config_rows(name, provenance_sections()))
   for field in ('model', 'dataset', 'batch_size', 'num_epochs', 'optimizer',
                 'learning_rate', 'lr_schedule', 'warmup_epochs',
                 'weight_decay', 'label_smoothing', 'augment', 'normalize',
                 'half_precision'):
     assert field in documented, f'{name}: no row sets {field}'
-  rows = table_rows(_module(name).__doc__)
+  rows = config_rows(name, provenance_sections())
   assert len(rows) >= 20, [row[0] for row in rows]
   for row_name, source, cell in rows:
     # Each row cites its source with a file:line reference.
@@ -250,31 +310,60 @@ def _altered(name, old: str, new: str) -> types.ModuleType:
   return module
 
 
+def _altered_rows(name, old: str, new: str):
+  """Config `name`'s rows from its provenance file with `old` replaced once
+  by `new`."""
+  sections = provenance_sections()
+  assert sections[name].count(old) >= 1, (name, old)
+  sections[name] = sections[name].replace(old, new, 1)
+  return config_rows(name, sections)
+
+
 def test_an_altered_table_value_fails():
-  module = _altered('imagenet_resnet50_tpu', 'batch_size=1024',
-                    'batch_size=1000')
-  assert mismatches(module.__doc__, module.get_config()) == [
+  rows = _altered_rows('imagenet_resnet50_tpu', 'batch_size=1024',
+                       'batch_size=1000')
+  assert mismatches(rows, _module('imagenet_resnet50_tpu').get_config()) == [
       'batch_size: table says 1000, config has 1024']
+
+
+def test_a_table_of_differences_takes_the_other_rows_from_its_base():
+  # The GPU table gives its batch; the TPU table's Nesterov row holds for it.
+  rows = dict((row[0], row[2]) for row in config_rows(
+      'imagenet_resnet50_gpu', provenance_sections()))
+  assert rows['batch'] == 'batch_size=512'
+  assert rows['Nesterov'].startswith('nesterov=True')
+  # So a change to the TPU table's row shows in the GPU config's check.
+  sections = provenance_sections()
+  sections['imagenet_resnet50_tpu'] = sections[
+      'imagenet_resnet50_tpu'].replace('| nesterov=True;', '| nesterov=False;')
+  rows = config_rows('imagenet_resnet50_gpu', sections)
+  assert mismatches(rows, _module('imagenet_resnet50_gpu').get_config()) == [
+      'nesterov: table says False, config has True']
+  with pytest.raises(TableError, match="row 'batchsize' is not in the table"):
+    _altered_rows('imagenet_resnet50_gpu', '\nbatch  ', '\nbatchsize')
 
 
 def test_an_altered_config_value_fails():
   module = _altered('imagenet_vit_s16', 'config.mixup_alpha = 0.2',
                     'config.mixup_alpha = 0.8')
-  assert mismatches(module.__doc__, module.get_config()) == [
+  assert mismatches(config_rows('imagenet_vit_s16', provenance_sections()),
+                    module.get_config()) == [
       'mixup_alpha: table says 0.2, config has 0.8']
 
 
 def test_an_undocumented_change_fails():
   module = _altered('imagenet_resnet50_tpu', 'return config',
                     'config.ema_decay = 0.9999\n  return config')
-  assert mismatches(module.__doc__, module.get_config()) == [
-      'ema_decay=0.9999 changed from the default but not in the table']
+  assert mismatches(
+      config_rows('imagenet_resnet50_tpu', provenance_sections()),
+      module.get_config()) == [
+          'ema_decay=0.9999 changed from the default but not in the table']
 
 
 def test_a_missing_field_fails():
-  module = _altered('imagenet_resnet50_gpu', 'half_precision=False',
-                    'half_precisoin=False')
-  problems = mismatches(module.__doc__, module.get_config())
+  rows = _altered_rows('imagenet_resnet50_gpu', 'half_precision=False',
+                       'half_precisoin=False')
+  problems = mismatches(rows, _module('imagenet_resnet50_gpu').get_config())
   assert 'half_precisoin: in the table, not in the config' in problems
 
 
@@ -294,7 +383,7 @@ def test_parser():
   assert table_rows(doc)[0] == ('a', 'one (x.py:2) and more',
                                 "batch_size=2*8, optimizer='sgd'; note, with "
                                 '= and , signs')
-  assert documented_values(doc) == {
+  assert documented_values(table_rows(doc)) == {
       'batch_size': 16, 'optimizer': 'sgd',
       'extra_eval_splits.minival': 'train[99%:]', 'model_kwargs.size': (1, 2)}
   with pytest.raises(TableError, match='not field=value'):
@@ -302,9 +391,11 @@ def test_parser():
   with pytest.raises(TableError, match='not a literal'):
     config_pairs('batch_size=__import__("os")')
   with pytest.raises(TableError, match='batch_size appears twice in'):
-    documented_values(doc.replace("optimizer='sgd'", 'batch_size=3'))
+    documented_values(table_rows(doc.replace("optimizer='sgd'",
+                                             'batch_size=3')))
   with pytest.raises(TableError, match=r'batch_size appears twice \(again'):
-    documented_values(doc.replace('model_kwargs.size', 'batch_size'))
+    documented_values(table_rows(doc.replace('model_kwargs.size',
+                                             'batch_size')))
   with pytest.raises(TableError, match='expected 3 cells'):
     table_rows(doc.replace('and more ', 'and | more '))
   with pytest.raises(TableError, match='one table header, found 0'):
