@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A small SLURM cluster on this one machine (Debian's slurm-wlm 22.05 and
-# munge), for tests/test_slurm.py: launch/slurm.sbatch runs under it as on a
+# munge), for tests/integration/test_slurm.py: launch/slurm.sbatch runs under it as on a
 # real cluster. Four nodes, each its own slurmd on 127.0.0.1:
 #   partition cpu (default): cpu1, cpu2 -- 4 CPUs each, no GPUs
 #   partition gpu:           gpu2 (2 GPUs, 4 CPUs), gpu8 (8 GPUs, 8 CPUs)

@@ -15,7 +15,7 @@ device.
 
 Expected: the accuracy of configs/fashion_mnist_pmap.py (see the README's
 results table), since with the same seed both recipes compute the same
-numbers up to float rounding (tests/test_sharded_equality.py).
+numbers up to float rounding (tests/integration/test_sharded_equality.py).
 """
 
 from configs import fashion_mnist_pmap

@@ -1,5 +1,5 @@
 """Training recipes for the zoo's models, in layers; each imports only the
-layers below it (tests/unit/test_layers.py):
+layers below it (tests/unit/test_architecture.py):
 
   train, evaluate, convert   the commands
   experiment, loop, evaluation   one run: what it is built from, how it goes

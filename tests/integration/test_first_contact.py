@@ -95,8 +95,8 @@ def test_readme_setup_installs_the_packages_as_root(tmp_path):
   the README's run trains for 10 epochs. The tests themselves run in a venv
   made by `pip install -e '.[test]'` (.ci/run makes it from nothing); the
   config and the test command are checked below, and training on that
-  config is tested elsewhere (tests/test_bad_input.py, tests/test_launch.py,
-  tests/test_preemption.py).
+  config is tested elsewhere (test_bad_input.py, test_launch.py and
+  test_preemption.py, next to this file).
   """
   prefix = _setup_prefix()
   result = subprocess.run([BASH, '-c', prefix], capture_output=True,

@@ -1,7 +1,7 @@
 """Tests of the zoo's training-recipe options (ViT and ResNet module fields):
 dropout, drop path, pooling, position embeddings, pre-logits, GELU, remat,
 padding, kernel init and cross-device batch norm. Each option's default is
-today's model, which tests/test_zoo.py checks."""
+today's model, which tests/unit/zoo/test_zoo.py checks."""
 
 import functools
 import math

@@ -1,7 +1,8 @@
 """Every config field is checked before anything is loaded or written; data
-and checkpoints that do not fit the config are one-line errors too. In process,
-through `loop.train_and_evaluate` (the command calls the same check first;
-tests/test_bad_input.py runs a few of these through the command itself)."""
+and checkpoints that do not fit the config are one-line errors too. In
+process, through `loop.train_and_evaluate` (the command calls the same check
+first; tests/integration/test_bad_input.py runs a few of these through the
+command itself)."""
 
 import gzip
 import math

@@ -129,7 +129,8 @@ def test_sigkill_with_the_random_toolkit_on_resumes_bitwise(data_dir,
 
 def test_sigterm_stops_cleanly_with_a_checkpoint(data_dir, tmp_path,
                                                 uninterrupted):
-  # (SIGINT takes the same path; tests/test_reliability.py sends one.)
+  # (SIGINT takes the same path; tests/unit/recipes/test_reliability.py
+  # sends one.)
   signum = signal.SIGTERM
   command = _command(data_dir, tmp_path)
   process = _start(command)
@@ -192,7 +193,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_then_resumes_bitwise(
   step = steps.pop()
   assert step < NUM_STEPS
   # (Two processes of four devices match one of eight only to rounding,
-  # which grows over 120 steps: tests/test_launch.py compares them.)
+  # which grows over 120 steps: tests/integration/test_launch.py compares them.)
   _assert_bitwise_equal(_restart(command, workdir, step),
                         saved_params(straight))
   _assert_bitwise_equal(saved_params(workdir, item='ema_params'),
