@@ -41,6 +41,20 @@ def model_info(name: str, input_shape: tuple[int, ...] | None = None,
 
   `input_shape` defaults to the registered one for these `kwargs` (e.g. a
   ViT's `image_size`); a model of your own needs it given.
+
+  Args:
+    name: a registered name or 'package.module:ClassName' (see `zoo.spec`).
+    input_shape: one example's shape, HWC, without the batch dimension;
+      None: the registered one.
+    **kwargs: the keyword arguments of `zoo.create`.
+
+  Returns:
+    The ModelInfo: the name, input shape, trainable parameter count (batch
+    statistics excluded) and forward GFLOPs of one example.
+
+  Raises:
+    ValueError: the model is unknown, or is of your own and `input_shape`
+      is not given.
   """
   model, x = _model_and_input(name, input_shape, kwargs)
   variables = _abstract_variables(model, x)
@@ -53,7 +67,19 @@ def model_info(name: str, input_shape: tuple[int, ...] | None = None,
 def num_params(name: str, input_shape: tuple[int, ...] | None = None,
                **kwargs) -> int:
   """`model_info(...).num_params` from shapes alone, without tracing the
-  forward pass: cheap for every model."""
+  forward pass: cheap for every model.
+
+  Args:
+    name: a registered name or 'package.module:ClassName' (see `zoo.spec`).
+    input_shape: one example's shape, HWC; None: the registered one.
+    **kwargs: the keyword arguments of `zoo.create`.
+
+  Returns:
+    The number of trainable parameters (batch-norm statistics excluded).
+
+  Raises:
+    ValueError: as `model_info`.
+  """
   model, x = _model_and_input(name, input_shape, kwargs)
   return _count_params(_abstract_variables(model, x))
 
@@ -74,7 +100,16 @@ def _count_params(variables) -> int:
 
 
 def count_flops(jaxpr) -> int:
-  """2 x the multiply-adds of the convolutions and dot products in `jaxpr`."""
+  """2 x the multiply-adds of the convolutions and dot products in `jaxpr`.
+
+  Args:
+    jaxpr: an open Jaxpr (`jax.make_jaxpr(f)(...).jaxpr`); nested jaxprs
+      (jit, remat, custom derivatives) are counted too, a scan body once per
+      iteration.
+
+  Returns:
+    The FLOPs: 2 per multiply-add, padded positions included.
+  """
   flops = 0
   for eqn in jaxpr.eqns:
     out = eqn.outvars[0].aval.shape

@@ -19,7 +19,18 @@ he_normal = initializers.variance_scaling(2.0, 'fan_out', 'normal')
 
 def dense(features: int, names: Sequence[str], *,
           kernel_init=initializers.lecun_normal(), **kwargs) -> nn.Dense:
-  """nn.Dense with kernel axes `names` (in, out); the bias takes `out`."""
+  """nn.Dense with kernel axes `names` (in, out); the bias takes `out`.
+
+  Args:
+    features: the number of outputs.
+    names: the logical names of the kernel's (input, output) axes, e.g.
+      ('embed', 'mlp'); see zoo/partitioning.py.
+    kernel_init: the kernel's initializer, before the names are attached.
+    **kwargs: more nn.Dense arguments (dtype, param_dtype, name, ...).
+
+  Returns:
+    The nn.Dense module.
+  """
   return nn.Dense(features, kernel_init=named(kernel_init, tuple(names)),
                   bias_init=named(initializers.zeros_init(), (names[-1],)),
                   **kwargs)
@@ -28,7 +39,19 @@ def dense(features: int, names: Sequence[str], *,
 def conv(features: int, kernel_size: Sequence[int],
          names: Sequence[str] = ('conv_in', 'conv_out'), *,
          kernel_init=initializers.lecun_normal(), **kwargs) -> nn.Conv:
-  """nn.Conv with channel axes `names` (in, out); spatial axes are unnamed."""
+  """nn.Conv with channel axes `names` (in, out); spatial axes are unnamed.
+
+  Args:
+    features: the number of output channels.
+    kernel_size: the window's spatial size, e.g. (3, 3).
+    names: the logical names of the kernel's (input, output) channel axes.
+    kernel_init: the kernel's initializer, before the names are attached.
+    **kwargs: more nn.Conv arguments (strides, padding, use_bias, dtype,
+      ...).
+
+  Returns:
+    The nn.Conv module.
+  """
   spatial = (None,) * len(kernel_size)
   return nn.Conv(features, tuple(kernel_size),
                  kernel_init=named(kernel_init, (*spatial, *names)),
@@ -43,6 +66,15 @@ def batch_norm(*, zero_scale: bool = False, **kwargs) -> nn.BatchNorm:
   keeps the running statistics in float32. With `axis_name` (given by the
   caller, e.g. a recipe that maps over devices) the batch statistics are
   averaged over that mapped axis: cross-device batch norm.
+
+  Args:
+    zero_scale: start the scale at zero instead of one (the last norm of a
+      residual block, so the block starts as the identity).
+    **kwargs: more nn.BatchNorm arguments (use_running_average, axis_name,
+      dtype, name, ...).
+
+  Returns:
+    The nn.BatchNorm module (momentum 0.9, epsilon 1e-5).
   """
   scale_init = (initializers.zeros_init() if zero_scale else
                 initializers.ones_init())
@@ -53,7 +85,14 @@ def batch_norm(*, zero_scale: bool = False, **kwargs) -> nn.BatchNorm:
 
 
 def layer_norm(**kwargs) -> nn.LayerNorm:
-  """nn.LayerNorm (statistics in float32 under bfloat16, as Flax does)."""
+  """nn.LayerNorm (statistics in float32 under bfloat16, as Flax does).
+
+  Args:
+    **kwargs: nn.LayerNorm arguments (dtype, param_dtype, name, ...).
+
+  Returns:
+    The nn.LayerNorm module (epsilon 1e-6).
+  """
   return nn.LayerNorm(epsilon=1e-6,
                       scale_init=named(initializers.ones_init(), ('norm',)),
                       bias_init=named(initializers.zeros_init(), ('norm',)),
@@ -64,23 +103,59 @@ def drop_path(x, rate: float, deterministic: bool):
   """Stochastic depth (Huang et al. 2016): zeroes a residual branch `x` for
   each example with probability `rate`, and scales the kept ones by
   1 / (1 - rate). Dropout of whole examples, drawing from the 'dropout' rng
-  collection; call it inside a compact method."""
+  collection; call it inside a compact method.
+
+  Args:
+    x: the branch's output, batch first.
+    rate: the probability of dropping an example's branch, in [0, 1).
+    deterministic: True (evaluation): `x` comes back unchanged.
+
+  Returns:
+    `x` with the dropped examples zeroed and the kept ones rescaled.
+  """
   return nn.Dropout(rate, broadcast_dims=tuple(range(1, x.ndim)))(
       x, deterministic)
 
 
 def linear_rates(rate: float, count: int) -> list[float]:
   """Drop-path rates of `count` blocks rising linearly from 0 at the first
-  to `rate` at the last, as in DeiT and timm."""
+  to `rate` at the last, as in DeiT and timm.
+
+  Args:
+    rate: the last block's rate.
+    count: the number of blocks.
+
+  Returns:
+    One rate per block, first to last (a single block gets 0).
+  """
   return [rate * i / max(count - 1, 1) for i in range(count)]
 
 
 def check_rate(name: str, rate: float):
+  """Checks that `rate` is a probability of dropping, in [0, 1).
+
+  Args:
+    name: the option's name, for the message.
+    rate: its value.
+
+  Raises:
+    ValueError: `rate` is below 0 or at least 1.
+  """
   if not 0 <= rate < 1:
     raise ValueError(f'{name} must be at least 0 and below 1, got {rate!r}.')
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]):
+  """Checks that `value` is one of `choices`.
+
+  Args:
+    name: the option's name, for the message.
+    value: its value.
+    choices: the allowed values.
+
+  Raises:
+    ValueError: `value` is not one of `choices` (the message lists them).
+  """
   if value not in choices:
     raise ValueError(f'{name} must be one of '
                      f'{", ".join(map(repr, choices))}, got {value!r}.')

@@ -27,20 +27,33 @@ def load_pretrained(name: str | None, path: str | os.PathLike,
                     **model_kwargs) -> tuple[nn.Module, dict[str, Any]]:
   """(model, variables) of the zoo model `name` with the weights of `path`.
 
-  name: a zoo name ('resnet50', 'vit_b16') or timm's ViT name
-    ('vit_base_patch16_224'); None: the file's model.
-  path: .safetensors, .pth/.pt/.bin (torchvision or timm state dicts) or
-    .npz (Google's ViT checkpoints).
-  num_classes: None keeps the file's head; another number re-initializes
-    the head (from `seed`) and says so in a warning.
-  image_size: ViTs: the input size; the position embedding is resized to it
-    (bilinear over the patch grid). None: the file's.
-  source: 'torchvision', 'timm' or 'big_vision'; None: detected.
-  model_kwargs: more `zoo.create` arguments, e.g. dtype=jnp.bfloat16.
-
   The model gets what the file needs (a ViT's patch and image size, GELU
   variant, pooling). A file that does not fit the model is a ValueError
   (zoo.convert.ConversionError) naming the first tensor that does not fit.
+
+  Args:
+    name: a zoo name ('resnet50', 'vit_b16') or timm's ViT name
+      ('vit_base_patch16_224'); None: the file's model.
+    path: .safetensors, .pth/.pt/.bin (torchvision or timm state dicts) or
+      .npz (Google's ViT checkpoints); local, or a URL such as gs://...
+    num_classes: None keeps the file's head; another number re-initializes
+      the head (from `seed`) and says so in a warning.
+    image_size: ViTs: the input size; the position embedding is resized to
+      it (bilinear over the patch grid). None: the file's.
+    source: 'torchvision', 'timm' or 'big_vision'; None: detected.
+    seed: the PRNG seed of the variables the file does not give (a new
+      head).
+    **model_kwargs: more `zoo.create` arguments, e.g. dtype=jnp.bfloat16;
+      they win over what the file fixes.
+
+  Returns:
+    (model, variables): the Linen module and its {'params': ...} (and
+    'batch_stats' for a ResNet) as nested dicts of jax arrays (the file's
+    as float32), for `model.apply(variables, images, train=False)`.
+
+  Raises:
+    ValueError: zoo.convert.ConversionError when the file cannot be read or
+      does not fit the model; ValueError for an unknown `name`.
   """
   converted = convert.load(path, source, name, num_classes, image_size)
   model = registry.create(converted.name,

@@ -55,7 +55,12 @@ class ModelSpec:
   test_input_shape: tuple[int, ...] | None = None
 
   def test_input(self) -> tuple[int, ...]:
-    """The shape of one example for the test-size model."""
+    """The shape of one example for the test-size model.
+
+    Returns:
+      `test_input_shape` if given, else `input_shape` of the defaults updated
+      by `test_kwargs` (HWC).
+    """
     if self.test_input_shape:
       return self.test_input_shape
     return tuple(self.input_shape({**self.defaults, **self.test_kwargs}))
@@ -77,6 +82,31 @@ def register(name: str, *, family: str,
   its own `defaults`; keyword arguments given to `create` win over them.
   `input_shape` is a fixed shape or a function of the effective keyword
   arguments (e.g. a ViT's `image_size`).
+
+  Args:
+    name: the variant's registry name, e.g. 'resnet50'; unique.
+    family: one of FAMILIES ('mlp', 'convnet', 'transformer'); picks the
+      default partition rules.
+    input_shape: one example's shape, HWC, or a function of the effective
+      keyword arguments (a mapping) that returns it.
+    test_kwargs: keyword arguments of a tiny model of the same structure for
+      fast tests (the zoo's tests require them; {}: the model as it is).
+    reference_params: the published parameter count; None: unknown.
+    reference_params_rtol: relative tolerance on `reference_params` (0:
+      exact).
+    reference_gflops: the published forward GFLOPs of one example
+      (2 x GMACs); None: unknown.
+    test_input_shape: the test model's input shape; None: `input_shape` of
+      the test kwargs.
+    **defaults: the variant's keyword arguments of the class (e.g.
+      num_classes=1000, stage_sizes=...); those given to `create` win.
+
+  Returns:
+    A class decorator that registers the class and returns it unchanged.
+
+  Raises:
+    ValueError: `family` is not one of FAMILIES, or (when the decorator is
+      applied) `name` is already registered.
   """
   if family not in FAMILIES:
     raise ValueError(f'model {name!r}: family {family!r} is not one of '
@@ -131,7 +161,21 @@ def _import(path: str) -> type[nn.Module]:
 
 def spec(name: str) -> ModelSpec:
   """The metadata of the model registered as `name` (or at
-  'package.module:ClassName', which has little)."""
+  'package.module:ClassName', which has little).
+
+  Args:
+    name: a registered name ('vit_s16'), or 'package.module:ClassName' for a
+      Linen Module class of your own.
+
+  Returns:
+    The variant's ModelSpec; for a class of your own, one with no defaults,
+    family, input shape or test kwargs.
+
+  Raises:
+    ValueError: `name` is not registered (the message suggests the closest
+      names), or the 'package.module:ClassName' cannot be imported or is not
+      a Linen Module class.
+  """
   if name in _MODELS:
     return _MODELS[name]
   if ':' in name:
@@ -145,18 +189,53 @@ def spec(name: str) -> ModelSpec:
 
 def create(name: str, **kwargs) -> nn.Module:
   """Returns the Flax Linen module registered as `name` (or at
-  'package.module:ClassName'), built with `kwargs`."""
+  'package.module:ClassName'), built with `kwargs`.
+
+  Args:
+    name: a registered name or 'package.module:ClassName' (see `spec`).
+    **kwargs: the module's attributes (e.g. num_classes=10,
+      dtype=jnp.bfloat16); they override the variant's registered defaults.
+
+  Returns:
+    The unbound Linen module; `init` and `apply` it as usual.
+
+  Raises:
+    ValueError: the model is unknown (see `spec`), or the module rejects an
+      option (e.g. an unknown `pool` of a ViT).
+  """
   model = spec(name)
   return model.cls(**{**model.defaults, **kwargs})
 
 
 def list_models(pattern: str = '*') -> list[str]:
-  """Sorted names of the registered models that match an fnmatch pattern."""
+  """Sorted names of the registered models that match an fnmatch pattern.
+
+  Args:
+    pattern: an fnmatch pattern, case-sensitive (e.g. 'resnet*', 'vit_?16');
+      the default '*' matches every model.
+
+  Returns:
+    The matching registered names, sorted; models of your own
+    ('package.module:ClassName') are never listed.
+  """
   return sorted(n for n in _MODELS if fnmatch.fnmatchcase(n, pattern))
 
 
 def input_shape(name: str, **kwargs) -> tuple[int, ...]:
-  """The shape of one input example of `create(name, **kwargs)`."""
+  """The shape of one input example of `create(name, **kwargs)`.
+
+  Args:
+    name: a registered name (see `spec`).
+    **kwargs: the keyword arguments the model is created with; those that
+      change the input (e.g. a ViT's `image_size`) change the shape.
+
+  Returns:
+    One example's shape, HWC (no batch dimension), e.g. (224, 224, 3).
+
+  Raises:
+    ValueError: the model is unknown, or is a class of your own
+      ('package.module:ClassName'), whose input shape the zoo does not know.
+  """
   model = spec(name)
   if model.input_shape is None:
     raise ValueError(f'model {name!r} is not registered, so its input shape is '

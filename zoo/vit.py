@@ -72,7 +72,21 @@ class Attention(nn.Module):
 def dot_product_attention(q, k, v, implementation: str | None, *,
                           backend: str | None = None):
   """`jax.nn.dot_product_attention` with 'auto' resolved for these inputs on
-  `backend` (default: JAX's default backend)."""
+  `backend` (default: JAX's default backend).
+
+  Args:
+    q: queries, (batch, tokens, heads, head_dim); `k` and `v` alike.
+    k: keys.
+    v: values.
+    implementation: 'auto' (cuDNN on GPU for bfloat16/float16 inputs where
+      it takes the shapes, else XLA, with a warning once per shape), 'xla',
+      'cudnn', or None (JAX's own choice).
+    backend: the platform 'auto' decides for ('gpu', 'cpu', 'tpu'); None:
+      JAX's default backend.
+
+  Returns:
+    The attention output, shaped like `q`.
+  """
   if implementation != 'auto':
     return jax.nn.dot_product_attention(q, k, v, implementation=implementation)
   backend = backend or jax.default_backend()
@@ -271,7 +285,17 @@ class ViT(nn.Module):
 def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 1e4):
   """big_vision's fixed position embedding of an h x w grid of patches,
   (1, h * w, width), float32: [sin(x w_k), cos(x w_k), sin(y w_k), cos(y w_k)]
-  with w_k = temperature**(-k / (width/4 - 1)), k < width/4 (MoCo v3)."""
+  with w_k = temperature**(-k / (width/4 - 1)), k < width/4 (MoCo v3).
+
+  Args:
+    h: the grid's height, in patches.
+    w: the grid's width, in patches.
+    width: the embedding width; a multiple of 4, at least 8.
+    temperature: the longest wavelength's scale (10000, as in big_vision).
+
+  Returns:
+    The embedding, (1, h * w, width) float32, patches in row-major order.
+  """
   y, x = jnp.mgrid[:h, :w]
   omega = 1.0 / temperature**(jnp.arange(width // 4) / (width // 4 - 1))
   y = jnp.einsum('m,d->md', y.flatten(), omega)

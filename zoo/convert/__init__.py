@@ -35,7 +35,15 @@ SOURCES: dict[str, ModuleType] = {
 
 
 def detect(tensors: Mapping[str, np.ndarray]) -> str | None:
-  """The source whose names `tensors` have, or None."""
+  """The source whose names `tensors` have, or None.
+
+  Args:
+    tensors: a checkpoint's tensors by name (as `files.read` gives them).
+
+  Returns:
+    The first key of SOURCES whose converter recognizes the names
+    ('torchvision', 'timm' or 'big_vision'), or None.
+  """
   for source, module in SOURCES.items():
     if module.matches(tensors):
       return source
@@ -52,6 +60,25 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
   A `num_classes` other than the file's leaves the head to initialization
   (`Converted.initialized`); `image_size` (ViTs) resizes the position
   embedding. A ConversionError names the first tensor that does not fit.
+
+  Args:
+    tensors: the checkpoint's tensors by name.
+    source: 'torchvision', 'timm' or 'big_vision'; None: detected from the
+      names.
+    file: what to call the checkpoint in error messages (its path).
+    name: the zoo model to convert to ('resnet50'), or timm's ViT name
+      ('vit_base_patch16_224'); None: the one the file's shapes give.
+    num_classes: the model's classes; None: the file's head's.
+    image_size: a ViT's input side, in pixels; None: the file's. Ignored by
+      ResNets, which take any size.
+
+  Returns:
+    The Converted model: name, kwargs, variables and the bookkeeping.
+
+  Raises:
+    ConversionError: (a ValueError) `tensors` is empty or of no known
+      source, `source` is unknown or not the file's, `num_classes` or
+      `image_size` is not a positive int, or the file does not fit `name`.
   """
   if not tensors:
     raise ConversionError(f'{file} holds no tensors.')
@@ -83,7 +110,23 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
 def load(path: str | os.PathLike, source: str | None = None,
          name: str | None = None, num_classes: int | None = None,
          image_size: int | None = None) -> Converted:
-  """The checkpoint file at `path` converted: see `convert`."""
+  """The checkpoint file at `path` converted: see `convert`.
+
+  Args:
+    path: a .safetensors, .pth/.pt/.bin or .npz file; local, or a URL such
+      as gs://BUCKET/file.npz (see `files.read`).
+    source: as in `convert`; None: detected.
+    name: as in `convert`; None: the file's model.
+    num_classes: as in `convert`; None: the file's.
+    image_size: as in `convert`; None: the file's.
+
+  Returns:
+    The Converted model.
+
+  Raises:
+    ConversionError: the file cannot be read (missing, another extension,
+      damaged; .pth without torch) or converted (see `convert`).
+  """
   return convert(files.read(path), source, os.fspath(path), name,
                  num_classes, image_size)
 

@@ -59,6 +59,16 @@ def _prefix(tensors: Mapping[str, np.ndarray]) -> str | None:
 
 
 def matches(tensors: Mapping[str, np.ndarray]) -> bool:
+  """Whether `tensors` are named as a Google ViT or big_vision .npz.
+
+  Any of the prefixes '', 'params/' and 'opt/target/' is taken.
+
+  Args:
+    tensors: a checkpoint's tensors by name.
+
+  Returns:
+    True if the names are this source's.
+  """
   return _prefix(tensors) is not None
 
 
@@ -66,7 +76,28 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
             name: str | None = None, num_classes: int | None = None,
             image_size: int | None = None) -> Converted:
   """The zoo ViT `name` (default: the file's size) with the file's weights,
-  its position embedding resized to `image_size` (default: the file's)."""
+  its position embedding resized to `image_size` (default: the file's).
+
+  Args:
+    tensors: the checkpoint's tensors by name.
+    file: what to call the file in error messages.
+    name: a zoo ViT ('vit_b16') or timm's ViT name (its patch size wins
+      over the file's); None: the zoo ViT of the file's sizes.
+    num_classes: the model's classes; None: the file's. Another number
+      leaves the head to initialization.
+    image_size: the model's input side, in pixels, a multiple of the patch
+      size; None: the file's.
+
+  Returns:
+    The Converted ViT; its kwargs fix num_classes, patch_size, image_size,
+    gelu ('tanh') and, as the file has them, posemb, pool and pre_logits.
+
+  Raises:
+    ConversionError: the file is not such a ViT (no patch embedding; a
+      hybrid or MAP-head model), no zoo ViT has its sizes, `name` is not a
+      ViT, or a tensor does not fit.
+    ValueError: `name` is not a known model.
+  """
   p = _prefix(tensors)
   if p is None:
     raise ConversionError(f'{file} has no tensor \'embedding/kernel\': not a '

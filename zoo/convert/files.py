@@ -41,7 +41,20 @@ _SAFETENSORS_DTYPES = {
 
 def read(path: str | os.PathLike) -> dict[str, np.ndarray]:
   """The tensors of the checkpoint file at `path` (local, or a URL such as
-  gs://BUCKET/file.npz, read whole into memory), by name."""
+  gs://BUCKET/file.npz, read whole into memory), by name.
+
+  Args:
+    path: the file; its extension (one of EXTENSIONS, any case) picks the
+      reader.
+
+  Returns:
+    {name: numpy array} in the file's order.
+
+  Raises:
+    ConversionError: the extension is not one of EXTENSIONS, the file does
+      not exist, or its reader fails (see `read_safetensors`, `read_torch`,
+      `read_npz`).
+  """
   path = os.fspath(path)
   ext = os.path.splitext(path)[1].lower()
   if ext not in EXTENSIONS:
@@ -65,7 +78,20 @@ def read(path: str | os.PathLike) -> dict[str, np.ndarray]:
 def read_safetensors(source: str | io.BytesIO,
                      name: str | None = None) -> dict[str, np.ndarray]:
   """A .safetensors file's tensors, memory-mapped (a local file) or in
-  memory, without torch."""
+  memory, without torch.
+
+  Args:
+    source: a local path, or the file's bytes.
+    name: what to call the file in error messages; None: `source`.
+
+  Returns:
+    {name: numpy array} in the header's order, '__metadata__' left out;
+    views of the file's bytes, not copies.
+
+  Raises:
+    ConversionError: the header is damaged, a dtype is not supported, or a
+      tensor does not fit its bytes.
+  """
   name = name or source
   if isinstance(source, str):
     data = (np.memmap(source, np.uint8, mode='r')
@@ -119,7 +145,24 @@ def _naturals(value) -> bool:
 
 def read_torch(source: str | io.BytesIO,
                name: str | None = None) -> dict[str, np.ndarray]:
-  """A PyTorch state dict saved with torch.save."""
+  """A PyTorch state dict saved with torch.save.
+
+  A state dict wrapped in a training checkpoint ('state_dict_ema',
+  'state_dict' or 'model', first found) is unwrapped, and a 'module.'
+  prefix on every name (DistributedDataParallel) dropped.
+
+  Args:
+    source: a local path, or the file's bytes.
+    name: what to call the file in error messages; None: `source`.
+
+  Returns:
+    {name: numpy array} in the state dict's order; bfloat16 tensors as
+    ml_dtypes.bfloat16 arrays.
+
+  Raises:
+    ConversionError: torch is not installed, cannot read the file
+      (weights_only=True), or the file holds no dict of tensors.
+  """
   path = name or source
   try:
     import torch  # pylint: disable=import-outside-toplevel
@@ -154,7 +197,20 @@ def read_torch(source: str | io.BytesIO,
 
 def read_npz(source: str | io.BytesIO,
              name: str | None = None) -> dict[str, np.ndarray]:
-  """A numpy .npz archive of arrays named by their '/'-joined paths."""
+  """A numpy .npz archive of arrays named by their '/'-joined paths.
+
+  Args:
+    source: a local path, or the file's bytes.
+    name: what to call the file in error messages; None: `source`.
+
+  Returns:
+    {name: numpy array} in the archive's order; 2-byte void arrays (how
+    numpy saves bfloat16) as ml_dtypes.bfloat16.
+
+  Raises:
+    ConversionError: the file is not a zip archive, or numpy cannot read it
+      (pickled objects included, which are not loaded).
+  """
   path = name or source
   if not zipfile.is_zipfile(source):
     raise ConversionError(f'{path!r} is not an .npz archive (not a zip '

@@ -11,7 +11,21 @@ from zoo.convert.transfer import ConversionError, Transfer
 
 def classes(tensors: Mapping[str, np.ndarray], bias: str, file: str,
             num_classes: int | None) -> tuple[int | None, int]:
-  """(the file's number of classes or None without a head, the model's)."""
+  """(the file's number of classes or None without a head, the model's).
+
+  Args:
+    tensors: the checkpoint's tensors by name.
+    bias: the name of the head's bias in the file, e.g. 'fc.bias'.
+    file: what to call the file in error messages.
+    num_classes: the classes asked for; None: the file's.
+
+  Returns:
+    (file_classes, num_classes): the file head's classes (None: no head)
+    and the model's (the asked-for number, else the file's).
+
+  Raises:
+    ConversionError: the file has no head and `num_classes` is None.
+  """
   file_classes = int(tensors[bias].shape[-1]) if bias in tensors else None
   if num_classes is None and file_classes is None:
     raise ConversionError(f'{file} has no classifier head ({bias!r}); give '
@@ -23,7 +37,17 @@ def move(t: Transfer, weight: str, bias: str, target: str,
          axes: Sequence[int], file_classes: int | None, num_classes: int):
   """Tensors `weight` and `bias` to `target`/kernel and `target`/bias when
   the classes agree; otherwise both are read, set aside and the head is left
-  to initialization."""
+  to initialization.
+
+  Args:
+    t: the Transfer in progress.
+    weight: the name of the head's weight in the file.
+    bias: the name of the head's bias in the file.
+    target: the head's variable path, e.g. 'params/head'.
+    axes: how the weight's axes move to the kernel's (see `Transfer.move`).
+    file_classes: the file head's classes; None: the file has no head.
+    num_classes: the model's classes.
+  """
   if file_classes == num_classes:
     t.move(weight, f'{target}/kernel', axes)
     t.move(bias, f'{target}/bias')

@@ -21,7 +21,22 @@ from zoo.convert.transfer import ConversionError
 def split(posemb: np.ndarray, has_class_token: bool,
           name: str) -> tuple[int, int]:
   """(entries before the grid: 0 or 1, grid side) of a file's (1, n, width)
-  embedding `name`."""
+  embedding `name`.
+
+  Args:
+    posemb: the file's position embedding.
+    has_class_token: whether the file's model has a class token (then the
+      embedding may or may not have an entry for it).
+    name: the tensor's name, for error messages.
+
+  Returns:
+    (prefix, side): 1 if the first entry is the class token's, else 0; and
+    the side of the square grid of patch entries.
+
+  Raises:
+    ConversionError: the embedding is not (1, tokens, width), or its
+      entries are not a square grid (after a class token's entry).
+  """
   if posemb.ndim != 3 or posemb.shape[0] != 1:
     raise ConversionError(f'position embedding {name!r} has shape '
                           f'{posemb.shape}, not (1, tokens, width).')
@@ -38,7 +53,20 @@ def arrange(posemb: np.ndarray, prefix: int, class_token: bool,
             side: int) -> np.ndarray:
   """The zoo's embedding for a `side` x `side` grid (with a class token's
   entry if `class_token`) from a file's, whose first `prefix` entries are
-  not of the grid."""
+  not of the grid.
+
+  Args:
+    posemb: the file's embedding, (1, prefix + old_side**2, width).
+    prefix: 1 if its first entry is the class token's, else 0 (see
+      `split`).
+    class_token: whether the zoo model has a class token; without an entry
+      for it in the file, its entry is zero.
+    side: the model's grid side, in patches (image size / patch size).
+
+  Returns:
+    (1, [1 +] side * side, width): the grid resized bilinearly if its side
+    changes, the class token's entry first.
+  """
   width = posemb.shape[-1]
   grid = posemb[0, prefix:]
   old = math.isqrt(grid.shape[0])
@@ -50,7 +78,16 @@ def arrange(posemb: np.ndarray, prefix: int, class_token: bool,
 
 
 def resize(grid: np.ndarray, side: int) -> np.ndarray:
-  """(h, w, width) -> (side, side, width), bilinear with aligned corners."""
+  """(h, w, width) -> (side, side, width), bilinear with aligned corners.
+
+  Args:
+    grid: the embedding per patch, (h, w, width).
+    side: the new height and width, in patches.
+
+  Returns:
+    The resized grid, float32; `grid` itself if its sides are already
+    `side`.
+  """
   for axis in (0, 1):
     grid = _interpolate(grid, axis, side)
   return grid

@@ -25,6 +25,14 @@ _LINEAR = (1, 0)
 
 
 def matches(tensors: Mapping[str, np.ndarray]) -> bool:
+  """Whether `tensors` are named as a timm ViT state dict.
+
+  Args:
+    tensors: a checkpoint's tensors by name.
+
+  Returns:
+    True if the names are this source's.
+  """
   return 'patch_embed.proj.weight' in tensors and 'pos_embed' in tensors
 
 
@@ -32,7 +40,28 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
             name: str | None = None, num_classes: int | None = None,
             image_size: int | None = None) -> Converted:
   """The zoo ViT `name` (default: the file's size) with the file's weights,
-  its position embedding resized to `image_size` (default: the file's)."""
+  its position embedding resized to `image_size` (default: the file's).
+
+  Args:
+    tensors: the checkpoint's tensors by name.
+    file: what to call the file in error messages.
+    name: a zoo ViT ('vit_b16') or timm's ViT name (its patch size wins
+      over the file's); None: the zoo ViT of the file's sizes.
+    num_classes: the model's classes; None: the file's. Another number
+      leaves the head to initialization.
+    image_size: the model's input side, in pixels, a multiple of the patch
+      size; None: the file's.
+
+  Returns:
+    The Converted ViT; its kwargs fix num_classes, patch_size, image_size,
+    gelu ('exact') and, without a class token, pool='gap'.
+
+  Raises:
+    ConversionError: no zoo ViT has the file's sizes, `name` is not a
+      ViT, the position embedding is not a square grid, or a tensor does
+      not fit.
+    ValueError: `name` is not a known model.
+  """
   patches = tensors['patch_embed.proj.weight']
   width, patch = int(patches.shape[0]), int(patches.shape[-1])
   depth = 0

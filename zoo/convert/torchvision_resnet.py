@@ -36,11 +36,30 @@ _LINEAR = (1, 0)
 
 
 def matches(tensors: Mapping[str, np.ndarray]) -> bool:
+  """Whether `tensors` are named as a torchvision ResNet state dict.
+
+  Args:
+    tensors: a checkpoint's tensors by name.
+
+  Returns:
+    True if the names are this source's.
+  """
   return 'conv1.weight' in tensors and 'layer1.0.conv1.weight' in tensors
 
 
 def architecture(tensors: Mapping[str, np.ndarray], file: str) -> str:
-  """The zoo's name for the ResNet whose state dict `tensors` is."""
+  """The zoo's name for the ResNet whose state dict `tensors` is.
+
+  Args:
+    tensors: a torchvision ResNet state dict.
+    file: what to call the file in error messages.
+
+  Returns:
+    One of MODELS' names, from the blocks per stage and the block type.
+
+  Raises:
+    ConversionError: the stages are not those of ResNet-18/34/50/101/152.
+  """
   stages = []
   for i in range(1, 5):
     count = 0
@@ -61,7 +80,24 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
             name: str | None = None, num_classes: int | None = None,
             image_size: int | None = None) -> Converted:
   """The zoo ResNet `name` (default: the file's depth) with the file's
-  weights; a head of another `num_classes` is left to initialization."""
+  weights; a head of another `num_classes` is left to initialization.
+
+  Args:
+    tensors: the state dict's tensors by name.
+    file: what to call the file in error messages.
+    name: one of MODELS' names ('resnet50'); None: the file's.
+    num_classes: the model's classes; None: the file's.
+    image_size: ignored: a ResNet takes any image size.
+
+  Returns:
+    The Converted ResNet, its params and batch_stats; its kwargs fix
+    num_classes only.
+
+  Raises:
+    ConversionError: the file is not a ResNet-18/34/50/101/152, `name` is
+      not an ImageNet ResNet, or a tensor does not fit `name`.
+    ValueError: `name` is not a known model.
+  """
   del image_size  # A ResNet takes any image size.
   name = name or architecture(tensors, file)
   spec = registry.spec(name)

@@ -49,7 +49,11 @@ class Converted:
   initialized: list[str]
 
   def describe(self) -> str:
-    """'vit_b16 (patch_size=32, gelu='exact', ...)'."""
+    """'vit_b16 (patch_size=32, gelu='exact', ...)'.
+
+    Returns:
+      The model's name and its kwargs other than num_classes, for messages.
+    """
     extra = {k: v for k, v in self.kwargs.items() if k != 'num_classes'}
     if not extra:
       return self.name
@@ -59,7 +63,15 @@ class Converted:
 
 class Transfer:
   """The file's `tensors` into variables of the shapes `targets` gives,
-  {'params/Conv_0/kernel': shape}; `model` names the model in errors."""
+  {'params/Conv_0/kernel': shape}; `model` names the model in errors.
+
+  Args:
+    tensors: the file's tensors by name.
+    targets: the model's variables, {'params/...': shape} (see
+      `target_shapes`).
+    file: what to call the file in error messages.
+    model: what to call the model in error messages.
+  """
 
   def __init__(self, tensors: Mapping[str, np.ndarray],
                targets: Mapping[str, Sequence[int]], file: str, model: str):
@@ -77,10 +89,32 @@ class Transfer:
     return ConversionError(f'{self._file} does not fit {self._model}: {what}')
 
   def has(self, name: str) -> bool:
+    """Whether the file has tensor `name` (reading nothing).
+
+    Args:
+      name: a tensor's name in the file.
+
+    Returns:
+      True if the file has it.
+    """
     return name in self._tensors
 
   def take(self, name: str, shape: Sequence[int] | None = None) -> np.ndarray:
-    """Tensor `name` of the file (checked to be of `shape`), as float32."""
+    """Tensor `name` of the file (checked to be of `shape`), as float32.
+
+    Counts as the tensor's read.
+
+    Args:
+      name: a tensor's name in the file.
+      shape: the shape it must have; None: any.
+
+    Returns:
+      The tensor as a float32 numpy array.
+
+    Raises:
+      ConversionError: the file has no such tensor, or it has another
+        shape.
+    """
     if name not in self._tensors:
       raise self._misfit(f'it has no tensor {name!r} (another model, or '
                          'another depth?).')
@@ -93,7 +127,16 @@ class Transfer:
     return np.asarray(array, np.float32)
 
   def put(self, target: str, value: np.ndarray):
-    """Sets variable `target` ('params/...') to `value`."""
+    """Sets variable `target` ('params/...') to `value`.
+
+    Args:
+      target: the variable's '/'-joined path, a key of `targets`.
+      value: its value, of its shape; stored as float32.
+
+    Raises:
+      ConversionError: the model has no such variable, or `value` has
+        another shape.
+    """
     if target not in self.targets:
       raise self._misfit(f'{self._model} has no variable {target!r}.')
     if tuple(value.shape) != self.targets[target]:
@@ -107,7 +150,21 @@ class Transfer:
            shape: Sequence[int] | None = None):
     """Tensor `name` to variable `target`, transposed to `axes` (numpy's
     order: the target's axis i is the tensor's axis axes[i]), or through
-    `convert` from a tensor of `shape`."""
+    `convert` from a tensor of `shape`.
+
+    Args:
+      name: the tensor's name in the file.
+      target: the variable's '/'-joined path, a key of `targets`.
+      axes: the transposition, e.g. (1, 0) for a linear weight; None: the
+        axes stay. Unused with `convert`.
+      convert: tensor -> the variable's value, for what a transposition
+        cannot do (a reshape, a resize); None: transpose by `axes`.
+      shape: with `convert`, the shape the tensor must have; None: any.
+
+    Raises:
+      ConversionError: the model has no variable `target`, the file no
+        tensor `name`, or a shape does not fit.
+    """
     want = self.targets.get(target)
     if want is None:
       raise self._misfit(f'{self._model} has no variable {target!r}.')
@@ -121,12 +178,27 @@ class Transfer:
       self.put(target, convert(self.take(name, shape)))
 
   def ignore(self, name: str, why: str):
-    """Reads tensor `name` and keeps it out of the model, for reason `why`."""
+    """Reads tensor `name` and keeps it out of the model, for reason `why`.
+
+    Args:
+      name: the tensor's name in the file.
+      why: the reason, kept in `Converted.ignored` (e.g. 'a step counter').
+
+    Raises:
+      ConversionError: the file has no tensor `name`.
+    """
     self.take(name)
     self.ignored[name] = why
 
   def leave(self, target: str):
-    """Leaves variable `target` to the model's initialization."""
+    """Leaves variable `target` to the model's initialization.
+
+    Args:
+      target: the variable's '/'-joined path, a key of `targets`.
+
+    Raises:
+      ConversionError: the model has no such variable.
+    """
     if target not in self.targets:
       raise self._misfit(f'{self._model} has no variable {target!r}.')
     self.writes[target] += 1
@@ -135,7 +207,21 @@ class Transfer:
   def finish(self, name: str, kwargs: dict[str, Any],
              source: str) -> Converted:
     """The result, once every tensor was read once and every variable set
-    once (else the first that was not)."""
+    once (else the first that was not).
+
+    Args:
+      name: the zoo model's name.
+      kwargs: its `zoo.create` arguments (what the file fixes).
+      source: the library the file came from ('timm').
+
+    Returns:
+      The Converted checkpoint, its variables nested dicts.
+
+    Raises:
+      ConversionError: a tensor of the file was never read.
+      AssertionError: a tensor was read twice, or a variable was not set
+        exactly once (a converter's bug, not the file's).
+    """
     for tensor, count in self.reads.items():
       if count == 0:
         raise self._misfit(f'its tensor {tensor!r} has no place in '
@@ -154,7 +240,18 @@ class Transfer:
 
 def target_shapes(name: str, kwargs: Mapping[str, Any]) -> dict[str, tuple]:
   """{'params/Conv_0/kernel': shape, 'batch_stats/...': shape} of
-  `zoo.create(name, **kwargs)`, from shapes alone (nothing is computed)."""
+  `zoo.create(name, **kwargs)`, from shapes alone (nothing is computed).
+
+  Args:
+    name: a registered name.
+    kwargs: the keyword arguments of `zoo.create`.
+
+  Returns:
+    Every variable's '/'-joined path and shape.
+
+  Raises:
+    ValueError: the model is unknown or rejects `kwargs`.
+  """
   model = registry.create(name, **kwargs)
   shape = registry.input_shape(name, **kwargs)
   variables = jax.eval_shape(

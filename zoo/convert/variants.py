@@ -20,7 +20,19 @@ _SIZES = {'tiny': 'vit_ti16', 'small': 'vit_s16', 'base': 'vit_b16',
 
 def resolve(name: str) -> tuple[str, dict[str, Any]]:
   """(zoo name, keyword arguments the name fixes) of a zoo, timm or
-  torchvision model name."""
+  torchvision model name.
+
+  Args:
+    name: a zoo name ('vit_b16', 'resnet50'; torchvision's are the same) or
+      timm's ViT name ('vit_base_patch32_384.augreg_in21k').
+
+  Returns:
+    (zoo name, kwargs): for a timm name, the zoo ViT of that width and
+    {'patch_size': its patch}; else `name` and {}.
+
+  Raises:
+    ValueError: `name` is neither a timm ViT name nor a known model.
+  """
   match = _TIMM_VIT.match(name)
   if match:
     return _SIZES[match[1]], {'patch_size': int(match[2])}
@@ -30,7 +42,21 @@ def resolve(name: str) -> tuple[str, dict[str, Any]]:
 
 def vit(file: str, width: int, depth: int, mlp_dim: int,
         num_heads: int | None = None) -> str:
-  """The registered ViT of these sizes."""
+  """The registered ViT of these sizes.
+
+  Args:
+    file: what to call the file in error messages.
+    width: the hidden size (embedding width).
+    depth: the number of encoder blocks.
+    mlp_dim: the MLP's hidden features.
+    num_heads: the attention heads; None: any.
+
+  Returns:
+    The name of the first vit_* whose defaults have these sizes.
+
+  Raises:
+    ConversionError: no registered ViT has them.
+  """
   for name in registry.list_models('vit_*'):
     d = registry.spec(name).defaults
     if (d.get('hidden_size'), d.get('num_layers'), d.get('mlp_dim')) == (
@@ -44,6 +70,16 @@ def vit(file: str, width: int, depth: int, mlp_dim: int,
 
 
 def check_vit(file: str, name: str):
+  """Checks that the zoo model `name` is a ViT, for a ViT file.
+
+  Args:
+    file: what to call the file in error messages.
+    name: a zoo name.
+
+  Raises:
+    ConversionError: `name` is not a ViT.
+    ValueError: `name` is not a known model.
+  """
   if 'hidden_size' not in registry.spec(name).defaults:
     raise ConversionError(f'{file} is a ViT; it converts to one of '
                           f'{", ".join(registry.list_models("vit_*"))}, not '
@@ -51,6 +87,15 @@ def check_vit(file: str, name: str):
 
 
 def check_image_size(image_size: int, patch_size: int):
+  """Checks that images of `image_size` split into whole patches.
+
+  Args:
+    image_size: the input side, in pixels.
+    patch_size: the patch side, in pixels.
+
+  Raises:
+    ConversionError: `image_size` is not a multiple of `patch_size`.
+  """
   if image_size % patch_size:
     raise ConversionError(f'image size {image_size} is not a multiple of the '
                           f'patch size {patch_size}.')
