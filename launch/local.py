@@ -65,6 +65,13 @@ def _interrupt(signum, frame):
   raise KeyboardInterrupt
 
 
+# A multi-process JAX run ends on every process together (they leave
+# jax.distributed at one barrier): a process that exited 0 while others still
+# run this much later left them waiting for it, which JAX ends only after
+# minutes.
+FINISH_SECONDS = 10.0
+
+
 def launch(command: list[str], num_processes: int,
            devices_per_process: int, grace_seconds: float = 120.0) -> int:
   # SIGTERM (e.g. from a scheduler) stops the children like Ctrl-C does.
@@ -87,7 +94,7 @@ def launch(command: list[str], num_processes: int,
     thread.start()
     threads.append(thread)
 
-  status, grace = 0, 5.0
+  status, grace, first_done = 0, 5.0, None
   try:
     while True:
       codes = [p.poll() for p in processes]  # Poll all: it sets returncode.
@@ -99,6 +106,20 @@ def launch(command: list[str], num_processes: int,
         index, status = failed[0]
         print(f'[launcher] process {index} exited with status {status}; '
               'stopping the others.', file=sys.stderr, flush=True)
+        break
+      done = [i for i, code in enumerate(codes) if code == 0]
+      if done and first_done is None:
+        first_done = time.monotonic()
+      if done and time.monotonic() - first_done > FINISH_SECONDS:
+        running = [i for i, code in enumerate(codes) if code is None]
+        print(f'[launcher] process {done[0]} exited with status 0, but '
+              f'process{"es" if len(running) > 1 else ""} '
+              f'{", ".join(map(str, running))} still '
+              f'run{"" if len(running) > 1 else "s"} '
+              f'{FINISH_SECONDS:.0f} s later; stopping '
+              f'{"them" if len(running) > 1 else "it"}.',
+              file=sys.stderr, flush=True)
+        status = 1
         break
       time.sleep(0.1)
   except KeyboardInterrupt:

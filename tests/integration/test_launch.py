@@ -77,6 +77,24 @@ def test_a_failing_process_stops_the_launch_within_seconds():
       result.stdout.splitlines())
 
 
+@pytest.mark.slow
+def test_a_process_that_ends_alone_stops_the_launch_within_seconds():
+  """One process exits 0 at once (as a command that never joins the job
+  would) while the others wait for it: the launcher stops them, saying so,
+  rather than leaving them to JAX's minutes-long timeout."""
+  script = ('import os, sys, time\n'
+            'if os.environ["JAX_PROCESS_ID"] == "1":\n'
+            '  sys.exit(0)\n'
+            'time.sleep(120)\n')
+  start = time.monotonic()
+  result = _launch(3, 1, [sys.executable, '-c', script], timeout=60)
+  assert result.returncode == 1
+  assert time.monotonic() - start < 20
+  assert result.stderr.splitlines()[-1] == (
+      '[launcher] process 1 exited with status 0, but processes 0, 2 still '
+      'run 10 s later; stopping them.')
+
+
 def _pod(*args, **env):
   """Runs pod.sh from a copy in an empty tree, which it must leave as it was
   (no logs/NAME/ from a dry run)."""
