@@ -18,7 +18,7 @@ import sys
 
 from recipes.checkpoint import converted as checkpoint
 from recipes.runtime import library_noise, storage
-from recipes.runtime.errors import describe, root_cause
+from recipes.runtime.errors import UserError, describe, root_cause, shorten
 from zoo import convert
 
 
@@ -60,7 +60,10 @@ def main(argv: list[str]) -> int:
   # says the same.
   logging.basicConfig(format='%(levelname)s: %(message)s')
   library_noise.keep_out(*logging.getLogger().handlers)
-  destination = str(storage.path(args.dst_dir))  # As init_from will read it.
+  try:
+    destination = str(storage.path(args.dst_dir))  # As init_from reads it.
+  except UserError as e:  # A mistyped URL.
+    return _fail(e)
   try:
     converted = convert.load(args.src_file, args.source, args.model,
                              image_size=args.image_size)
@@ -95,7 +98,7 @@ def main(argv: list[str]) -> int:
 
 
 def _fail(message) -> int:
-  print(f'error: {message}', file=sys.stderr)
+  print(f'error: {shorten(str(message))}', file=sys.stderr)
   return 1
 
 

@@ -24,7 +24,7 @@ from recipes import loop
 from recipes.config import command_line, validation
 from recipes.data import in_memory
 from recipes.parallel import distributed
-from recipes.runtime import storage
+from recipes.runtime import errors, storage
 from recipes.runtime.errors import UserError
 
 # pylint: enable=wrong-import-position
@@ -67,6 +67,9 @@ def run(config, workdir: str, use_distributed: bool = False):
   """
   try:
     validation.check(config)  # Before anything is loaded or written.
+    for location in (workdir, config.data_dir, config.init_from):
+      if location:
+        storage.path(location)  # A mistyped URL is one line here.
     in_memory.hide_accelerators_from_tensorflow()
     distributed.initialize(use_distributed)
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',
@@ -77,7 +80,7 @@ def run(config, workdir: str, use_distributed: bool = False):
     return loop.train_and_evaluate(config, workdir)
   except UserError as e:
     logging.debug('Details of the error below:', exc_info=True)
-    sys.exit(f'error: {e}')
+    sys.exit(f'error: {errors.shorten(str(e))}')
 
 
 def main(argv, mode: str | None = None):

@@ -19,6 +19,7 @@ from ml_collections import config_flags
 
 from recipes.config import defaults
 from recipes.config.fields import SECTIONS
+from recipes.runtime import errors
 from recipes.runtime.errors import UserError
 
 CONFIG = config_flags.DEFINE_config_file(
@@ -276,7 +277,7 @@ def parser(command: str, doc: str) -> Callable[[list[str]], list[str]]:
       return flags.FLAGS(argv)
     except Exception as e:  # pylint: disable=broad-except
       logging.debug('Flag parsing failed:', exc_info=True)
-      sys.exit(f'error: {_flag_error(e, argv, command)}')
+      sys.exit(f'error: {errors.shorten(_flag_error(e, argv, command))}')
 
   return parse
 

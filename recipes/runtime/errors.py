@@ -23,6 +23,29 @@ def check_divisible(name: str, batch_size: int, num_devices: int,
         f'use a multiple of {num_devices}, e.g. {nearest}.')
 
 
+# An error line longer than this is cut in the middle: a value repeated whole
+# (a 100,000-character model name) would bury what to do, said at the end.
+MAX_LINE = 1000
+
+
+def shorten(line: str, limit: int = MAX_LINE) -> str:
+  """`line` cut in the middle to at most about `limit` characters.
+
+  Args:
+    line: an error line.
+    limit: the most characters kept, beginning and end together.
+
+  Returns:
+    The line, or its first two thirds and last third of `limit` around a
+    note of how many characters were left out.
+  """
+  if len(line) <= limit:
+    return line
+  head, tail = limit * 2 // 3, limit // 3
+  return (f'{line[:head]} [... {len(line) - head - tail:,} characters left '
+          f'out ...] {line[-tail:]}')
+
+
 def root_cause(error: BaseException) -> BaseException:
   """The innermost error of a chain, e.g. the storage error that orbax
   wrapped in its own."""

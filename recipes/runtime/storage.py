@@ -33,6 +33,13 @@ import os
 
 from etils import epath
 
+from recipes.runtime.errors import UserError
+
+# URL schemes a user may give (etils.epath and fsspec read them); a path that
+# starts with one and a colon but not '://' is a mistyped URL.
+URL_SCHEMES = ('gs', 'gcs', 's3', 'http', 'https', 'hdfs', 'az', 'abfs',
+               'file')
+
 
 def _route_cloud_storage_to_emulator():
   host = os.environ.get('STORAGE_EMULATOR_HOST', '')
@@ -53,9 +60,24 @@ _route_cloud_storage_to_emulator()
 def path(name: str | os.PathLike) -> epath.Path:
   """`name` (a local path or a URL such as gs://BUCKET/dir) as an epath.Path.
 
-  Local paths become absolute (orbax requires it); URLs are kept as given.
+  Args:
+    name: a local path (relative, absolute or with ~) or a URL.
+
+  Returns:
+    The path; local paths become absolute (orbax requires it), URLs are
+    kept as given.
+
+  Raises:
+    UserError: for a mistyped URL such as 'gs:/bucket/run' (one slash),
+      which would otherwise become a local directory named 'gs:'.
   """
   name = os.fspath(name)
+  scheme, colon, rest = name.partition(':')
+  if colon and scheme.lower() in URL_SCHEMES and not rest.startswith('//'):
+    fixed = f'{scheme}://{rest.lstrip("/")}'
+    raise UserError(f'{name!r} looks like a URL with a slash missing; write '
+                    f'{fixed!r} (or ./{name} for a local directory of that '
+                    'name).')
   if '://' not in name:
     name = os.path.abspath(os.path.expanduser(name))
   return epath.Path(name)

@@ -203,3 +203,31 @@ def test_bad_input_keeps_the_checkpoint(tmp_path, trained, flag, error):
       before)
   assert _train(tmp_path, *data, flag, workdir=workdir).startswith(error)
   assert _hashes(workdir) == before
+
+
+@pytest.mark.parametrize('flag', ['--workdir={}', '--config.data_dir={}',
+                                  '--config.init_from={}'])
+def test_a_url_with_a_slash_missing_is_one_line_before_anything_runs(
+    tmp_path, flag, monkeypatch):
+  """gs:/bucket/run would be a local directory 'gs:' in the working one."""
+  monkeypatch.chdir(tmp_path)
+  command = [sys.executable, '-m', 'recipes.train',
+             f'--config={ROOT}/configs/fashion_mnist_pmap.py',
+             f'--workdir={tmp_path / "work"}', flag.format('gs:/bucket/run')]
+  result = subprocess.run(command, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=command_env())
+  assert result.returncode == 1 and 'Traceback' not in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: 'gs:/bucket/run' looks like a URL with a slash missing; write "
+      "'gs://bucket/run' (or ./gs:/bucket/run for a local directory of that "
+      'name).')
+  assert sorted(os.listdir(tmp_path)) == []  # Nothing written anywhere.
+
+
+def test_a_huge_value_is_cut_to_a_readable_line(tmp_path):
+  line = _train(tmp_path, '--config.model=' + 'x' * 100_000)
+  assert len(line) < 1100
+  assert line.startswith("error: unknown model 'xxxx")
+  assert '[... ' in line and ' characters left out ...]' in line
+  # What to do, at the end of the message, is kept.
+  assert line.endswith("as 'package.module:ClassName'.")
