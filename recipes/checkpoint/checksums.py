@@ -11,11 +11,16 @@ buckets too.
 """
 
 import hashlib
+import re
 
 from etils import epath
 
+from recipes.runtime.errors import describe
+
 FILE_NAME = 'checksums.sha256'
 _CHUNK = 1 << 22
+# One line of `sha256sum`'s output: 64 hex digits, two spaces, the name.
+_LINE = re.compile(r'([0-9a-f]{64})  (\S.*)')
 
 
 def _digest(path: epath.Path) -> str:
@@ -49,16 +54,32 @@ def write(directory: epath.Path):
 def problem(directory: epath.Path) -> str | None:
   """What is wrong with the files under `directory`, or None.
 
-  A directory without checksums (written before they were kept) passes;
-  files added since are ignored.
+  Args:
+    directory: a checkpoint's item directory (checkpoints/STEP/default).
+
+  Returns:
+    None when every listed file matches its checksum; else what is wrong,
+    naming the file: one missing, one that does not match, or a checksum
+    file that cannot be read or parsed (damage like any other). A
+    directory without checksums (written before they were kept) passes;
+    files added since are ignored.
   """
   listing = directory / FILE_NAME
   if not listing.exists():
     return None
+  try:
+    lines = listing.read_bytes().decode('ascii').splitlines()
+  except (OSError, UnicodeDecodeError) as e:
+    return f'{listing} cannot be read ({describe(e)})'
   expected = {}
-  for line in listing.read_text().splitlines():
-    digest, _, name = line.partition('  ')
-    expected[name] = digest
+  for number, line in enumerate(lines, 1):
+    match = _LINE.fullmatch(line)
+    if not match:
+      return (f'{listing} is garbled: line {number} is not a SHA-256 digest '
+              'and a file name')
+    expected[match[2]] = match[1]
+  if not expected:
+    return f'{listing} lists no files'
   for name, digest in expected.items():
     path = directory / name
     if not path.exists():

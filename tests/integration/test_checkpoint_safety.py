@@ -94,6 +94,33 @@ def test_flipped_bytes_are_found_and_the_checkpoint_before_is_used(
     np.testing.assert_array_equal(a, b)  # As if nothing had happened.
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize('garble', [
+    lambda path: path.write_bytes(os.urandom(4096)),  # Not even text.
+    lambda path: path.write_text('not a checksum\n'),
+    lambda path: path.write_text(''),
+    lambda path: path.chmod(0),  # Unreadable (where the user is not root).
+], ids=['binary', 'text', 'empty', 'unreadable'])
+def test_a_garbled_checksum_file_is_damage_and_the_one_before_is_used(
+    data_dir, tmp_path, caplog, garble):
+  _run(data_dir, tmp_path / 'straight', 6)
+  _run(data_dir, tmp_path / 'garbled', 6)
+  latest = tmp_path / 'garbled' / 'checkpoints' / '6'
+  listing = latest / 'default' / checksums.FILE_NAME
+  garble(listing)
+  if os.access(listing, os.R_OK) and listing.stat().st_mode & 0o777 == 0:
+    pytest.skip('root reads any file')
+  with caplog.at_level(logging.INFO):
+    _run(data_dir, tmp_path / 'garbled', 6)
+  assert f'Checkpoint {latest} is damaged: {listing} ' in caplog.text
+  assert 'Resuming from the checkpoint of step 4' in caplog.text
+  assert (latest.parent / '6.unreadable').is_dir()  # Kept, set aside.
+  _, straight = saved_params(tmp_path / 'straight')
+  _, resumed = saved_params(tmp_path / 'garbled')
+  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize('with_checksums', [True, False])
 def test_deleted_metadata_is_damage_not_another_model(
     data_dir, tmp_path, caplog, with_checksums):
