@@ -97,6 +97,30 @@ class TrainSummaries:
     self.restart_clock(step)
 
 
+# In the workdir while an evaluation a stop interrupted is still to be done:
+# the step it was of (that of the checkpoint saved at the stop).
+_INTERRUPTED_EVALUATION = 'evaluation_interrupted'
+
+
+def _interrupted_evaluation(workdir, step: int | None = None) -> int | None:
+  """The step whose evaluation a stop interrupted, or None; with `step`,
+  records it (process 0)."""
+  path = storage.path(workdir) / _INTERRUPTED_EVALUATION
+  if step is not None:
+    if jax.process_index() == 0:
+      path.write_text(str(step))
+    return step
+  try:
+    return int(path.read_text())
+  except (FileNotFoundError, ValueError):
+    return None
+
+
+def _evaluation_done(workdir):
+  if jax.process_index() == 0:
+    (storage.path(workdir) / _INTERRUPTED_EVALUATION).unlink(missing_ok=True)
+
+
 def _profiler(config, workdir, start_step: int, num_steps: int):
   """Traces profile_steps steps after step profile_start_step next to the
   run's summaries, where TensorBoard's profile tab finds them; on the first
@@ -201,14 +225,34 @@ def _train(config, workdir, exp, mngr, watchdog):
     if save_every >= 0:
       train_summaries.check()  # Never save the state of a non-finite update.
       watchdog.beat(f'saving the checkpoint of step {step}')
+      # The summaries up to here, before the checkpoint a resumed run starts
+      # after: a kill then loses none of them (one file per save at most).
+      writer.flush()
       with progress.timed('checkpoint'):
         checkpoint.save(mngr, step, strategy.to_checkpoint(state))
 
   batches = strategy.place_batches(exp.data.train_batches(
       batch_size=config.batch_size, seed=config.seed, start_step=start_step,
       num_steps=num_steps))
+  def stopped(step, why):
+    writer.flush()
+    logging.warning('Stopped by %s after step %d of %d: %s. Run the same '
+                    'command again to resume.', stop.received, step,
+                    num_steps, why)
+
   eval_summary = None
+  redo = _interrupted_evaluation(workdir)
   with preemption.StopRequest() as stop:
+    if redo is not None and redo != start_step:
+      _evaluation_done(workdir)  # Of a step trained again from before it.
+    elif redo is not None and start_step < num_steps:
+      # (At the last step the final evaluation below is that one.)
+      logging.info('Evaluating step %d again: a stop interrupted its '
+                   'evaluation.', start_step)
+      if evaluate(start_step, state, stop.should_stop) is None:
+        stopped(start_step, 'its evaluation is still to be done')
+        return None
+      _evaluation_done(workdir)
     watchdog.beat(f'training step {start_step + 1} (with its compilation)')
     for step, state, metrics in train_steps(strategy, state, batches,
                                             start_step + 1, num_steps):
@@ -227,20 +271,19 @@ def _train(config, workdir, exp, mngr, watchdog):
         train_summaries.check()
         eval_summary = evaluate(step, state, stop.should_stop)
         stopping = eval_summary is None
+        if stopping and save_every >= 0:  # Redone after the resume.
+          _interrupted_evaluation(workdir, step)
         train_summaries.restart_clock(step)
       if stopping or last or (save_every > 0 and step % save_every == 0):
         save(step, state)
         train_summaries.restart_clock(step)
       if stopping:
-        writer.flush()
-        where = (f'saved a checkpoint of step {step} in {mngr.directory}'
-                 if save_every >= 0 else
-                 'saved nothing (checkpoint_every_steps=-1)')
-        logging.warning('Stopped by %s after step %d of %d: %s. Run the same '
-                        'command again to resume.', stop.received, step,
-                        num_steps, where)
+        stopped(step, f'saved a checkpoint of step {step} in '
+                f'{mngr.directory}' if save_every >= 0 else
+                'saved nothing (checkpoint_every_steps=-1)')
         return None
     if eval_summary is None:  # Resumed from the final checkpoint.
       eval_summary = evaluate(num_steps, state)
+      _evaluation_done(workdir)
   writer.flush()
   return eval_summary

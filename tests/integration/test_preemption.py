@@ -14,8 +14,8 @@ import pytest
 
 from configs import fashion_mnist_pmap
 from recipes import checkpoint, loop
-from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
-                           write_fashion_mnist)
+from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
+                           saved_params, write_fashion_mnist)
 
 # Each test runs the command (or real processes): the slow tier.
 pytestmark = pytest.mark.slow
@@ -97,6 +97,25 @@ def test_sigkill_then_restart_ends_bitwise_equal(data_dir, tmp_path,
     latest = mngr.latest_step()
   assert latest < NUM_STEPS  # Killed in the middle.
   _assert_bitwise_equal(_restart(command, tmp_path, latest), uninterrupted)
+
+
+def test_after_sigkill_every_step_up_to_the_checkpoint_is_in_tensorboard(
+    data_dir, tmp_path):
+  """The summaries are written out with each checkpoint: what a kill loses
+  is only what the resumed run trains again (and writes again)."""
+  command = _command(data_dir, tmp_path) + ['--config.log_every_steps=5']
+  process = _start(command)
+  _wait_for_a_checkpoint(process, str(tmp_path))
+  process.kill()
+  process.communicate(timeout=60)
+  with checkpoint.manager(str(tmp_path)) as mngr:
+    latest = mngr.latest_step()
+  assert latest < NUM_STEPS
+  logged = set(read_scalars(tmp_path)['train/loss'])
+  assert set(range(5, latest + 1, 5)) <= logged, (latest, sorted(logged))
+  _restart(command, tmp_path, latest)
+  assert set(read_scalars(tmp_path)['train/loss']) == set(
+      range(5, NUM_STEPS + 1, 5))
 
 
 # Every random part of the update on at once: dropout, mixup or cutmix,

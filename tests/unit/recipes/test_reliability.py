@@ -126,28 +126,40 @@ def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path):
     assert mngr.all_steps()[-1] == 6  # Nothing trained or written.
 
 
-def test_a_signal_during_evaluation_stops_with_a_checkpoint(
+def test_a_signal_during_evaluation_stops_and_the_resume_redoes_it(
     data_dir, tmp_path, monkeypatch, caplog):
   evaluate = evaluation.evaluate
+  calls = []
 
   def evaluate_after_a_signal(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGINT)  # A real Ctrl-C, mid-run.
+    calls.append(1)
+    if len(calls) == 2:  # eval/ is written; eval_ema/ and the rest are not.
+      os.kill(os.getpid(), signal.SIGINT)  # A real Ctrl-C, mid-run.
     return evaluate(*args, **kwargs)
 
   monkeypatch.setattr(evaluation, 'evaluate', evaluate_after_a_signal)
-  config = _config(data_dir, eval_every_steps=3, checkpoint_every_steps=0)
+  config = _config(data_dir, eval_every_steps=3, checkpoint_every_steps=0,
+                   ema_decay=0.9)
+  config.extra_eval_splits = {'minival': 'train[:16]'}
   with caplog.at_level('WARNING'):
     assert loop.train_and_evaluate(config, str(tmp_path)) is None
   assert 'Stopped by SIGINT after step 3 of 6' in caplog.text
   with checkpoint.manager(str(tmp_path)) as mngr:
     assert mngr.all_steps() == [3]
-  assert 'eval/loss' not in read_scalars(str(tmp_path))  # Eval was cut short.
+  scalars = read_scalars(str(tmp_path))
+  assert sorted(scalars['eval/loss']) == [3] and 'eval_ema/loss' not in scalars
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
   monkeypatch.setattr(evaluation, 'evaluate', evaluate)
-  summary = loop.train_and_evaluate(config, str(tmp_path))  # Resumes.
+  with caplog.at_level('INFO'):
+    summary = loop.train_and_evaluate(config, str(tmp_path))  # Resumes.
+  assert ('Evaluating step 3 again: a stop interrupted its evaluation'
+          in caplog.text)
   assert np.isfinite(summary['loss'])
-  assert sorted(read_scalars(str(tmp_path))['eval/loss']) == [6]
+  scalars = read_scalars(str(tmp_path))
+  for prefix in ('eval', 'eval_ema', 'eval_minival', 'eval_minival_ema'):
+    assert sorted(scalars[f'{prefix}/loss']) == [3, 6], prefix
+  assert not (tmp_path / 'evaluation_interrupted').exists()
 
 
 def test_stop_request_installs_and_restores_handlers_in_the_main_thread():
