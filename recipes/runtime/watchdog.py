@@ -9,6 +9,12 @@ stack of every Python thread to stderr (faulthandler), then one line naming
 the phase and the step, and ends the process with status 124 (as `timeout`
 does). launch/local.sh and srun then stop the other processes.
 
+Time the process spends suspended (Ctrl-Z then `fg`, SIGSTOP then SIGCONT,
+SLURM's `scontrol suspend`, gang scheduling) or the machine asleep is not a
+stall: the watchdog's thread wakes every few seconds, and a wake-up that comes
+far later than asked means the process was not running; that time is taken
+off the idle time.
+
 The checkpoints already saved are kept; one being written is left unfinished
 and ignored by the next run.
 """
@@ -52,8 +58,14 @@ class Watchdog:
 
   def _watch(self):
     interval = min(self.timeout_seconds / 4, 5.0)
+    previous = time.monotonic()
     while not self._done.wait(interval):
-      idle = time.monotonic() - self._last
+      now = time.monotonic()
+      late = now - previous - interval
+      if late > max(interval, 1.0):  # Suspended, not stalled, meanwhile.
+        self._last = min(self._last + late, now)
+      previous = now
+      idle = now - self._last
       if idle >= self.timeout_seconds:
         self._stop(idle)
 

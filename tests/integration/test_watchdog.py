@@ -55,6 +55,29 @@ def test_beats_keep_a_run_alive_and_zero_turns_the_watchdog_off():
   assert result.stdout == 'finished\n'
 
 
+@pytest.mark.slow
+def test_time_suspended_is_not_a_stall():
+  """SIGSTOP for three times the timeout, then SIGCONT (Ctrl-Z and fg, or a
+  scheduler's suspend): the run goes on and finishes."""
+  process = subprocess.Popen(
+      [sys.executable, '-c',
+       'import time\n'
+       'from recipes.runtime.watchdog import Watchdog\n'
+       'with Watchdog(2) as dog:\n'
+       '  for step in range(60):\n'
+       '    dog.beat(f"step {step}")\n'
+       '    time.sleep(0.1)\n'
+       'print("finished")\n'], cwd=ROOT, text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  time.sleep(2)  # Python started, the loop is running.
+  process.send_signal(signal.SIGSTOP)
+  time.sleep(6)
+  process.send_signal(signal.SIGCONT)
+  stdout, stderr = process.communicate(timeout=60)
+  assert process.returncode == 0, stderr
+  assert stdout == 'finished\n'
+
+
 def _child_with_process_id(parent: int, process_id: int) -> int:
   for pid in open(f'/proc/{parent}/task/{parent}/children').read().split():
     with open(f'/proc/{pid}/environ', 'rb') as f:
