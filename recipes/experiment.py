@@ -45,14 +45,32 @@ class Experiment:
   strategy: strategies.Strategy
 
   def create_state(self):
-    """The initial state from the seed, placed by the strategy."""
+    """The initial state from the seed, placed by the strategy.
+
+    Returns:
+      The TrainState, as the strategy's steps take it.
+    """
     return self.strategy.create_state(jax.random.PRNGKey(self.spec.seed))
 
 
 def create_model(config: ml_collections.ConfigDict, num_classes: int,
                  batch_axis: str | None = None):
   """The config's model; `batch_axis`: the strategy's (see
-  `Strategy.batch_axis`), over which cross-device batch norm reduces."""
+  `Strategy.batch_axis`), over which cross-device batch norm reduces.
+
+  Args:
+    config: the run's config: model, model_kwargs, half precision and
+      cross_device_batch_norm.
+    num_classes: the number of output classes.
+    batch_axis: as above; None: batch norm over the batch it is given.
+
+  Returns:
+    The Linen module.
+
+  Raises:
+    UserError: for an unknown model or argument, or cross-device batch
+      norm on a model without batch norm.
+  """
   dtype = (jnp.dtype(config.half_precision_dtype) if config.half_precision
            else jnp.float32)
   kwargs = dict(config.model_kwargs)
@@ -72,7 +90,14 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
 
 
 def update_rules(config: ml_collections.ConfigDict) -> UpdateRules:
-  """What the shared step does besides the optimizer's update."""
+  """What the shared step does besides the optimizer's update.
+
+  Args:
+    config: the run's config.
+
+  Returns:
+    The config's fields of the same names.
+  """
   return UpdateRules(
       label_smoothing=config.label_smoothing, mixup_alpha=config.mixup_alpha,
       cutmix_alpha=config.cutmix_alpha, mix_prob=config.mix_prob,
@@ -83,7 +108,18 @@ def update_rules(config: ml_collections.ConfigDict) -> UpdateRules:
 
 def parallel_settings(config: ml_collections.ConfigDict) -> ParallelSettings:
   """The strategy, mesh and rules; the model's default logical rules when
-  the config gives none."""
+  the config gives none.
+
+  Args:
+    config: the run's config: strategy, mesh, partition_rules, path_rules
+      and model.
+
+  Returns:
+    The settings, the logical rules checked.
+
+  Raises:
+    UserError: for a malformed logical rule.
+  """
   return ParallelSettings(
       strategy=config.strategy, mesh=dict(config.mesh),
       rules=partition_rules.logical_rules(
@@ -94,7 +130,14 @@ def parallel_settings(config: ml_collections.ConfigDict) -> ParallelSettings:
 
 def eval_splits(config: ml_collections.ConfigDict) -> dict[str, str]:
   """Summary prefix -> split: eval_split under MAIN_EVAL, then the extra
-  ones under eval_<name>."""
+  ones under eval_<name>.
+
+  Args:
+    config: the run's config: eval_split and extra_eval_splits.
+
+  Returns:
+    The prefixes and split strings, MAIN_EVAL first.
+  """
   return {MAIN_EVAL: config.eval_split,
           **{f'{MAIN_EVAL}_{name}': split
              for name, split in config.extra_eval_splits.items()}}
@@ -109,7 +152,18 @@ def _num_train_steps(config, per_epoch: int) -> int:
 
 
 def build(config: ml_collections.ConfigDict) -> Experiment:
-  """Checks the config against the devices, loads the data, makes the rest."""
+  """Checks the config against the devices, loads the data, makes the rest.
+
+  Args:
+    config: the run's config (recipes/config/).
+
+  Returns:
+    The experiment, its state not yet created.
+
+  Raises:
+    UserError: for whatever in the config does not fit the devices, the
+      data or the model (batch sizes, dataset, model, mesh, rules, ...).
+  """
   strategy_class = strategies.get(config.strategy)
   # A bad name or argument fails before the data loads.
   create_model(config, 1, strategy_class.batch_axis)

@@ -12,7 +12,15 @@ from recipes.runtime.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> dict:
-  """The command line of `python -m recipes.bench`; returns the result."""
+  """The command line of `python -m recipes.bench`; returns the result.
+
+  Args:
+    argv: the arguments (without the program name); None: sys.argv's.
+
+  Returns:
+    The result dict of step.measure or input.measure, also written to
+    `--json` if given. A UserError exits with its message instead.
+  """
   args = step.parse_args(argv)
   try:
     if args.input_only:

@@ -64,6 +64,11 @@ def _time_once(state, target, directory: epath.Path, checksummed: bool):
 
 
 def main(argv=None):
+  """Times both kinds of checkpoint and prints the table of medians.
+
+  Args:
+    argv: the arguments (without the program name); None: sys.argv's.
+  """
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--model', default='resnet50')
   parser.add_argument('--dir', required=True,

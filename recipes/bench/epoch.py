@@ -32,6 +32,15 @@ def _epoch_batches(exp, config):
 
 
 def time_recipe(exp, config) -> float:
+  """Times one epoch of the recipe's loop, after a two-step warm-up.
+
+  Args:
+    exp: the experiment (recipes/experiment.py `build`).
+    config: its config (batch size and seed).
+
+  Returns:
+    The epoch's seconds, input pipeline included.
+  """
   strategy = exp.strategy
   state = exp.create_state()
   warmup = strategy.place_batches(_epoch_batches(exp, config))
@@ -47,6 +56,15 @@ def time_recipe(exp, config) -> float:
 
 
 def time_bare_jit(exp, config) -> float:
+  """Times one epoch of a single-device jitted step, after one warm-up step.
+
+  Args:
+    exp: the experiment (recipes/experiment.py `build`).
+    config: its config (batch size and seed).
+
+  Returns:
+    The epoch's seconds, input pipeline included.
+  """
   step = bench_step.bare_train_step()
   # The recipe's initial state, whole on one device.
   state = jax.device_put(exp.strategy.to_host(exp.create_state()),
@@ -62,6 +80,11 @@ def time_bare_jit(exp, config) -> float:
 
 
 def main(argv):
+  """Times both modes and prints the table (absl's entry point).
+
+  Args:
+    argv: the command line left after absl's flags; not used.
+  """
   del argv
   config = _CONFIG.value
   exp = experiment.build(config)

@@ -38,6 +38,18 @@ _WARMUP_BATCHES = 20  # tf.data's autotuning settles in the first batches.
 def pipeline_batches_per_sec(shape, preprocessing: Preprocessing,
                              num_examples: int, batch_size: int,
                              num_batches: int) -> float:
+  """The training pipeline's rate on a synthetic split of random images.
+
+  Args:
+    shape: the shape of one image, e.g. (28, 28, 1).
+    preprocessing: the pipeline's preprocessing.
+    num_examples: examples in the synthetic split.
+    batch_size: images per batch.
+    num_batches: timed batches, after _WARMUP_BATCHES untimed ones.
+
+  Returns:
+    Batches per second.
+  """
   rng = np.random.default_rng(0)
   split = {'image': rng.integers(0, 256, (num_examples, *shape), np.uint8),
            'label': rng.integers(0, 10, num_examples, np.int64)}
@@ -53,7 +65,18 @@ def pipeline_batches_per_sec(shape, preprocessing: Preprocessing,
 
 
 def measure(args: argparse.Namespace) -> dict:
-  """Pipeline rates, the train step's rate and their ratios, as a dict."""
+  """Pipeline rates, the train step's rate and their ratios, as a dict.
+
+  Args:
+    args: the command line (recipes/bench/step.py `parse_args`).
+
+  Returns:
+    The results; their table is printed too.
+
+  Raises:
+    UserError: if --input_examples is smaller than one batch, or for a
+      bad model.
+  """
   in_memory.hide_accelerators_from_tensorflow()
   if args.input_examples < args.batch_size:
     raise UserError(f'--input_examples={args.input_examples} is '
@@ -81,6 +104,14 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def table(result: dict) -> str:
+  """The results as a Markdown table.
+
+  Args:
+    result: what `measure` returns.
+
+  Returns:
+    A line on the train step, then a row per pipeline.
+  """
   step = result['train_step']
   lines = [f"batch {result['batch_size']}; the train step of {step['model']} "
            f"({step['dtype']}, jit, 1 {step['platform']} device) consumes "

@@ -64,12 +64,31 @@ PEAK_TFLOPS = (
 
 
 def peak_tflops(device_kind: str) -> float | None:
+  """One device's dense bfloat16 peak, from PEAK_TFLOPS.
+
+  Args:
+    device_kind: jax's `device_kind`, e.g. 'NVIDIA H100 80GB HBM3'.
+
+  Returns:
+    TFLOP/s, or None for a device not in the table.
+  """
   kind = device_kind.lower()
   return next((peak for key, peak in PEAK_TFLOPS if key in kind), None)
 
 
 def parse_model_kwargs(text: str) -> dict[str, Any]:
-  """'patch_size=4,attention_impl=cudnn' -> {'patch_size': 4, ...}."""
+  """'patch_size=4,attention_impl=cudnn' -> {'patch_size': 4, ...}.
+
+  Args:
+    text: key=value items separated by commas; values are Python literals,
+      or else bare strings.
+
+  Returns:
+    The keyword arguments.
+
+  Raises:
+    UserError: for an item without '='.
+  """
   kwargs = {}
   for item in filter(None, (s.strip() for s in text.split(','))):
     key, sep, value = item.partition('=')
@@ -84,6 +103,14 @@ def parse_model_kwargs(text: str) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+  """The command line of `python -m recipes.bench`, checked.
+
+  Args:
+    argv: the arguments (without the program name); None: sys.argv's.
+
+  Returns:
+    The parsed arguments. Bad ones exit with argparse's usage message.
+  """
   p = argparse.ArgumentParser(prog='python -m recipes.bench',
                               description=__doc__.split('\n')[0])
   p.add_argument('--model', default='cnn', help='a name from zoo.list_models()')
@@ -132,11 +159,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def log(message: str):
+  """Prints a progress line to stderr, at once.
+
+  Args:
+    message: the line.
+  """
   print(message, file=sys.stderr, flush=True)
 
 
 def create_model(args) -> tuple[Any, dict[str, Any]]:
-  """The model and the zoo.create keyword arguments beyond the dtype."""
+  """The model and the zoo.create keyword arguments beyond the dtype.
+
+  Args:
+    args: the command line (`parse_args`): model, dtype, model_kwargs,
+      attention_impl and num_classes.
+
+  Returns:
+    (the model, the keyword arguments).
+
+  Raises:
+    UserError: for an unknown model or argument.
+  """
   kwargs = parse_model_kwargs(args.model_kwargs)
   if args.attention_impl:
     kwargs['attention_impl'] = args.attention_impl
@@ -149,11 +192,30 @@ def create_model(args) -> tuple[Any, dict[str, Any]]:
 
 
 def image_shape(name: str, kwargs: dict[str, Any]) -> tuple[int, ...]:
+  """The shape of one input image of zoo model `name`.
+
+  Args:
+    name: a zoo model name.
+    kwargs: its zoo.create keyword arguments.
+
+  Returns:
+    The shape, e.g. (224, 224, 3).
+  """
   # The registry's, for these kwargs (e.g. a ViT's image_size).
   return zoo.input_shape(name, **kwargs)
 
 
 def forward_flops_per_image(name: str, shape, kwargs) -> int:
+  """The FLOPs of one image's forward pass, by the zoo's count.
+
+  Args:
+    name: a zoo model name.
+    shape: the shape of one input image.
+    kwargs: its zoo.create keyword arguments.
+
+  Returns:
+    FLOPs (a multiply-add counts as two).
+  """
   # The zoo's count from the traced forward pass, not XLA's compiled cost
   # analysis: on GPU that misses convolutions and attention that become
   # library calls. cuDNN attention is one opaque call in the trace too, so
@@ -164,6 +226,17 @@ def forward_flops_per_image(name: str, shape, kwargs) -> int:
 
 
 def select_devices(args) -> list:
+  """The first `--devices` local devices (default: all; jit: one).
+
+  Args:
+    args: the command line (`parse_args`): devices and strategy.
+
+  Returns:
+    The devices.
+
+  Raises:
+    UserError: for more than one device with jit, or more than there are.
+  """
   local = jax.local_devices()
   count = args.devices or (1 if args.strategy == 'jit' else len(local))
   if args.strategy == 'jit' and count != 1:
@@ -196,7 +269,11 @@ class Timed:
 
 def bare_train_step():
   """The shared train step under a plain `jax.jit`, the state donated: the
-  reference the recipes' strategies are measured against."""
+  reference the recipes' strategies are measured against.
+
+  Returns:
+    The jitted step, (state, batch) -> (new state, metrics); seed 0.
+  """
   return jax.jit(functools.partial(steps.train_step, axis_name=None),
                  donate_argnums=(0,))
 
@@ -226,7 +303,16 @@ def _prepare(args, model, tx, shape, devices, batch) -> Timed:
 
 
 def time_steps(setup: Timed, warmup: int, num_steps: int):
-  """(first call's seconds, each timed step's seconds, final state, metrics)."""
+  """(first call's seconds, each timed step's seconds, final state, metrics).
+
+  Args:
+    setup: the step and its inputs.
+    warmup: untimed steps after the first call.
+    num_steps: timed steps.
+
+  Returns:
+    As above; the first call includes tracing and compiling.
+  """
   state = setup.state
   start = time.perf_counter()
   state, metrics = setup.step(state, setup.batch)
@@ -247,7 +333,14 @@ def time_steps(setup: Timed, warmup: int, num_steps: int):
 
 
 def peak_memory_bytes(devices) -> int | None:
-  """The largest peak of bytes in use over `devices`; None if unreported."""
+  """The largest peak of bytes in use over `devices`; None if unreported.
+
+  Args:
+    devices: the devices of the run.
+
+  Returns:
+    Bytes, or None where the platform reports no memory stats.
+  """
   peaks = [(d.memory_stats() or {}).get('peak_bytes_in_use')
            for d in devices]
   peaks = [p for p in peaks if p is not None]
@@ -258,7 +351,16 @@ def residual_bytes(model, shape, batch_size: int) -> int:
   """Bytes that one training forward pass over `batch_size` images keeps for
   the backward pass (the residuals of `jax.vjp`), without running it: the
   activation memory that `remat` trades for recomputation. It includes the
-  weights the backward pass reads."""
+  weights the backward pass reads.
+
+  Args:
+    model: the Linen module.
+    shape: the shape of one input image.
+    batch_size: images in the pass (one device's share of the batch).
+
+  Returns:
+    The residuals' bytes.
+  """
   images = jax.ShapeDtypeStruct((batch_size, *shape), jnp.float32)
   rng = jax.random.PRNGKey(0)
   variables = jax.eval_shape(
@@ -278,7 +380,16 @@ def residual_bytes(model, shape, batch_size: int) -> int:
 
 
 def profile_one_step(setup: Timed, state, directory: str) -> str:
-  """Traces one step into `directory`; returns a table of its largest ops."""
+  """Traces one step into `directory`; returns a table of its largest ops.
+
+  Args:
+    setup: the step and its batch.
+    state: the state to step from (donated where the step donates it).
+    directory: a local directory for the jax.profiler trace.
+
+  Returns:
+    `largest_ops` of the trace, or a line saying none was written.
+  """
   with jax.profiler.trace(directory, create_perfetto_trace=True):
     with jax.profiler.StepTraceAnnotation('train', step_num=0):
       state, metrics = setup.step(state, setup.batch)
@@ -291,7 +402,15 @@ def profile_one_step(setup: Timed, state, directory: str) -> str:
 
 def largest_ops(path: str, top: int = 20) -> str:
   """Total time per (thread, op name) in a perfetto trace; only the device's
-  threads (XLA ops, kernels on each stream) where there are any."""
+  threads (XLA ops, kernels on each stream) where there are any.
+
+  Args:
+    path: a gzipped perfetto trace (perfetto_trace.json.gz).
+    top: how many ops to list.
+
+  Returns:
+    A heading line, then one line per op, the longest first.
+  """
   with gzip.open(path) as f:
     trace = json.load(f)
   events = trace['traceEvents'] if isinstance(trace, dict) else trace
@@ -322,6 +441,14 @@ def _fmt(value, spec: str, none: str = '-') -> str:
 
 
 def table(r: dict) -> str:
+  """The results as a one-row Markdown table.
+
+  Args:
+    r: what `measure` returns.
+
+  Returns:
+    The header, separator and row.
+  """
   header = ('| model | strategy | devices | dtype | batch | compile s | '
             'step ms median / p90 | images/s | TFLOP/s | MFU | peak memory '
             '| residuals per device |')
@@ -338,7 +465,18 @@ def table(r: dict) -> str:
 
 
 def measure(args) -> dict:
-  """Benchmarks the train step as `args` say; returns the results."""
+  """Benchmarks the train step as `args` say; returns the results.
+
+  Args:
+    args: the command line (`parse_args`).
+
+  Returns:
+    The results: settings, compile and step times, throughput, MFU,
+    memory and the final loss.
+
+  Raises:
+    UserError: for a bad model, devices, mesh or batch size.
+  """
   model, kwargs = create_model(args)
   shape = image_shape(args.model, kwargs)
   devices = select_devices(args)

@@ -18,25 +18,61 @@ class SkippedSteps(metrics.Metric):
 
   @classmethod
   def from_model_output(cls, skipped, **_) -> 'SkippedSteps':
+    """The metric of one step.
+
+    Args:
+      skipped: True where the step's update was skipped; other model
+        outputs are ignored.
+
+    Returns:
+      A count of 1 for a skipped step, else 0.
+    """
     return cls(count=jnp.asarray(skipped, jnp.int32))
 
   @classmethod
   def empty(cls) -> 'SkippedSteps':
+    """No steps yet.
+
+    Returns:
+      A count of 0.
+    """
     return cls(count=jnp.array(0, jnp.int32))
 
   def merge(self, other: 'SkippedSteps') -> 'SkippedSteps':
+    """Both counts together.
+
+    Args:
+      other: the metric of later steps.
+
+    Returns:
+      The sum of the two counts.
+    """
     return type(self)(count=self.count + other.count)
 
   def _reduce_merge(self, other: 'SkippedSteps') -> 'SkippedSteps':
     return self
 
   def compute(self):
+    """The number of skipped updates.
+
+    Returns:
+      The count, an int32 scalar.
+    """
     return self.count
 
 
 def top_k_correct(logits, labels, k: int):
   """Per example, 1.0 where the label is among the k largest logits (all of
-  them when there are fewer than k classes)."""
+  them when there are fewer than k classes).
+
+  Args:
+    logits: the model's outputs [..., classes].
+    labels: the class ids [...].
+    k: how many of the largest logits count as correct.
+
+  Returns:
+    float32 [...]: 1.0 for a correct example, else 0.0.
+  """
   _, top = lax.top_k(logits, min(k, logits.shape[-1]))
   return jnp.any(top == labels[..., None], axis=-1).astype(jnp.float32)
 

@@ -16,7 +16,18 @@ from recipes.core.train_state import UpdateRules
 def targets(labels, other_labels, label_weight, num_classes: int,
             smoothing: float = 0.0):
   """Probability targets: w * one_hot(labels) + (1 - w) * one_hot(other),
-  then smoothed to (1 - s) * t + s / num_classes. Rows sum to 1."""
+  then smoothed to (1 - s) * t + s / num_classes. Rows sum to 1.
+
+  Args:
+    labels: each example's own class ids [N].
+    other_labels: the class ids of the examples mixed in [N].
+    label_weight: w, the weight of `labels` [N], in [0, 1].
+    num_classes: the length of each target.
+    smoothing: s, the label smoothing; 0 for none.
+
+  Returns:
+    The targets [N, num_classes].
+  """
   w = label_weight[..., None]
   mixed = (w * jax.nn.one_hot(labels, num_classes)
            + (1 - w) * jax.nn.one_hot(other_labels, num_classes))
@@ -25,7 +36,15 @@ def targets(labels, other_labels, label_weight, num_classes: int,
 
 def mixup(images, ratio):
   """ratio * images + (1 - ratio) * images rolled by one; and the ratio as
-  the first label's weight."""
+  the first label's weight.
+
+  Args:
+    images: a batch [N, H, W, C].
+    ratio: the weight of each example's own image, a scalar in [0, 1].
+
+  Returns:
+    (mixed images in the dtype of `images`, the ratio).
+  """
   mixed = ratio * images + (1 - ratio) * jnp.roll(images, 1, axis=0)
   return mixed.astype(images.dtype), ratio
 
@@ -33,7 +52,16 @@ def mixup(images, ratio):
 def cutmix(key, images, ratio):
   """A box of the rolled batch pasted into every image; the box's area is
   about (1 - ratio) of the image, clipped at the borders as in the paper.
-  Returns the images and the first label's weight: the area left unpasted."""
+  Returns the images and the first label's weight: the area left unpasted.
+
+  Args:
+    key: the random key of the box's centre.
+    images: a batch [N, H, W, C].
+    ratio: about the share of each image left unpasted, a scalar in [0, 1].
+
+  Returns:
+    (the images with the box pasted, the share of the area left unpasted).
+  """
   height, width = images.shape[1:3]
   cut = jnp.sqrt(1 - ratio)
   half_h = (height * cut).astype(jnp.int32) // 2
@@ -60,6 +88,15 @@ def mix(key, images, rules: UpdateRules):
   With probability `mix_prob` the batch is mixed; by cutmix with
   probability `cutmix_switch_prob` when both alphas are on. The rolled
   batch's labels are `jnp.roll(labels, 1)`.
+
+  Args:
+    key: the random key of every choice (whether, how and how much).
+    images: a batch [N, H, W, C].
+    rules: the alphas and probabilities; at least one alpha must be > 0.
+
+  Returns:
+    (the images, float32 [N] weights of each example's own label; 1.0 where
+    the batch is left as it is).
   """
   key_apply, key_which, key_ratio, key_box = jax.random.split(key, 4)
   choices = []

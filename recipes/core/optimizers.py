@@ -14,7 +14,21 @@ WEIGHT_DECAY_SCALES = ('learning_rate', 'schedule')
 def learning_rate_schedule(config: ml_collections.ConfigDict,
                            steps_per_epoch: int,
                            num_train_steps: int) -> optax.Schedule:
-  """`config.lr_schedule`; step counts are given in epochs where noted."""
+  """`config.lr_schedule`; step counts are given in epochs where noted.
+
+  Args:
+    config: the run's config: `lr_schedule`, `learning_rate` and the
+      chosen schedule's fields (`decay_steps`, `warmup_epochs`, ...).
+    steps_per_epoch: updates per epoch, to turn epochs into steps.
+    num_train_steps: the run's length in updates; the cosine decays to 0
+      at its end.
+
+  Returns:
+    The learning rate as a function of the step.
+
+  Raises:
+    UserError: for a schedule not in SCHEDULES.
+  """
   lr = config.learning_rate
   if config.lr_schedule == 'constant':
     return optax.constant_schedule(lr)
@@ -34,7 +48,14 @@ def learning_rate_schedule(config: ml_collections.ConfigDict,
 
 def decay_mask(params):
   """Decay weight matrices and kernels only: not biases, norm scales, nor a
-  ViT's class token and position embedding (as timm and big_vision)."""
+  ViT's class token and position embedding (as timm and big_vision).
+
+  Args:
+    params: the parameters tree.
+
+  Returns:
+    The same tree with True for each parameter to decay, else False.
+  """
   return flax.traverse_util.path_aware_map(
       lambda path, p: path[-1] == 'kernel' and p.ndim > 1, params)
 
@@ -66,7 +87,19 @@ def _optimizer(config, schedule) -> optax.GradientTransformation:
 
 def create_optimizer(config: ml_collections.ConfigDict,
                      schedule: optax.Schedule) -> optax.GradientTransformation:
-  """The optimizer, after clipping the gradients' global norm if asked."""
+  """The optimizer, after clipping the gradients' global norm if asked.
+
+  Args:
+    config: the run's config: `optimizer`, `weight_decay`,
+      `grad_clip_norm` (0: no clipping) and the optimizer's own fields.
+    schedule: the learning rate by step (`learning_rate_schedule`).
+
+  Returns:
+    The optax transformation that turns gradients into updates.
+
+  Raises:
+    UserError: for an optimizer not in OPTIMIZERS.
+  """
   tx = _optimizer(config, schedule)
   if config.grad_clip_norm:
     return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)

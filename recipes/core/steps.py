@@ -78,7 +78,17 @@ def dropout_key(seed: int, step, axis_name: str | None = None) -> jax.Array:
   """The random key of the update that makes `step` + 1: a function of (seed,
   step) only, so a resumed run draws the same masks as an uninterrupted one.
   Where each device holds its own share of the batch (`axis_name`), the
-  device's index is folded in too, so the shares get different masks."""
+  device's index is folded in too, so the shares get different masks.
+
+  Args:
+    seed: the run's seed.
+    step: the state's step before the update (an int or a scalar array).
+    axis_name: the mapped axis the step runs under; None where the step
+      sees the global batch.
+
+  Returns:
+    The key.
+  """
   key = jax.random.fold_in(jax.random.PRNGKey(seed), step)
   if axis_name is not None:
     key = jax.random.fold_in(key, lax.axis_index(axis_name))
@@ -152,10 +162,21 @@ def train_step(state: TrainState, batch, axis_name: str | None = None,
   """One optimizer update on `batch`; returns the new state and its metrics.
 
   `state.update_rules` adds label smoothing, mixup/cutmix, gradient
-  accumulation and the parameters' moving average. Random choices (dropout, mixing) take
-  their key from `dropout_key(seed, state.step)`.
+  accumulation and the parameters' moving average. Random choices (dropout,
+  mixing) take their key from `dropout_key(seed, state.step)`.
   A non-finite loss or gradient norm is reported in the metrics; the update
   is skipped instead if the state says so (`skips_nonfinite_updates`).
+
+  Args:
+    state: the state before the update.
+    batch: `image` [N, ...] and int `label` [N]: the global batch, or this
+      device's share of it under `axis_name`.
+    axis_name: the mapped axis to average gradients, batch-norm statistics
+      and metrics over; None where the batch is global (under jit).
+    seed: the run's seed, for the step's random key.
+
+  Returns:
+    (the new state, TrainMetrics of the step).
   """
   rules = state.update_rules
   key = dropout_key(seed, state.step, axis_name)
@@ -207,7 +228,18 @@ def train_step(state: TrainState, batch, axis_name: str | None = None,
 
 
 def eval_step(state: TrainState, batch, axis_name: str | None = None):
-  """Metrics of the model on `batch`, skipping examples whose mask is False."""
+  """Metrics of the model on `batch`, skipping examples whose mask is False.
+
+  Args:
+    state: the state whose parameters and statistics are evaluated.
+    batch: `image`, int `label` and bool `mask` (False for padding), each
+      [N, ...]: the global batch, or this device's share under `axis_name`.
+    axis_name: the mapped axis to gather the metrics over; None where the
+      batch is global.
+
+  Returns:
+    EvalMetrics of the batch.
+  """
   logits = state.apply_fn(_variables(state.params, state.batch_stats),
                           batch['image'], train=False)
   loss = _per_example_loss(logits, batch)

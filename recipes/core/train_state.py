@@ -31,6 +31,7 @@ class UpdateRules:
 
   @property
   def mixes(self) -> bool:
+    """Whether batches are mixed (mixup or cutmix)."""
     return self.mixup_alpha > 0 or self.cutmix_alpha > 0
 
   @property
@@ -40,6 +41,9 @@ class UpdateRules:
 
 
 class TrainState(train_state.TrainState):
+  """flax's TrainState plus batch statistics, the loss scale, the
+  parameters' average and the rules of the update."""
+
   # Mutable model state such as batch-norm statistics; {} for models without.
   batch_stats: Any = None
   # float16 only: the loss scale, saved and restored with the rest.

@@ -22,10 +22,12 @@ class Dataset(Protocol):
 
   @property
   def num_classes(self) -> int:
+    """How many classes the labels run over (0 to num_classes - 1)."""
     ...
 
   @property
   def num_train(self) -> int:
+    """Examples in the training split."""
     ...
 
   @property
@@ -46,19 +48,47 @@ class Dataset(Protocol):
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
                     num_steps: int) -> Iterator[Batch]:
     """This process's share of the global batches of steps [start_step,
-    num_steps); `batch_size` is global."""
+    num_steps); `batch_size` is global.
+
+    Args:
+      batch_size: the global batch, over all processes; a multiple of the
+        process count.
+      seed: the run's seed: the data order and augmentation.
+      start_step: the first step to feed (a resumed run's step).
+      num_steps: the step to stop before.
+
+    Returns:
+      An iterator of this process's batch_size / process_count rows of each
+      global batch, `image` and `label`.
+    """
     ...
 
   def eval_batches(self, *, batch_size: int, split: str | None = None
                    ) -> Iterator[Batch]:
     """One pass over evaluation split `split` (None: the first), padded to
-    whole batches."""
+    whole batches.
+
+    Args:
+      batch_size: the global batch, over all processes.
+      split: one of the evaluation splits; None: the first.
+
+    Returns:
+      An iterator of this process's rows of each global batch, `image`,
+      `label` and `mask` (False for padding).
+    """
     ...
 
 
 def process_slice(batch_size: int) -> tuple[int, int]:
   """[start, stop) of this process's examples within each global batch of
-  `batch_size`: every process loads only its own contiguous rows."""
+  `batch_size`: every process loads only its own contiguous rows.
+
+  Args:
+    batch_size: the global batch; a multiple of the process count.
+
+  Returns:
+    (start, stop), row indices into the global batch.
+  """
   local = batch_size // jax.process_count()
   start = jax.process_index() * local
   return start, start + local

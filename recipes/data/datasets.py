@@ -39,7 +39,19 @@ DATA_SOURCES = ('auto', 'memory', 'stream')  # config.data_source
 
 
 def source_for(name: str, data_source: str = 'auto') -> str:
-  """How dataset `name` is read: 'idx', 'memory' or 'stream'."""
+  """How dataset `name` is read: 'idx', 'memory' or 'stream'.
+
+  Args:
+    name: a name from OFFLINE_DATASETS or a TFDS name (with an optional
+      config and version, 'imagenette/320px:1.0.0').
+    data_source: one of DATA_SOURCES; 'auto' picks by the name.
+
+  Returns:
+    The source, a key of READERS.
+
+  Raises:
+    UserError: for an unknown data_source, or streaming an IDX dataset.
+  """
   if data_source not in DATA_SOURCES:
     raise UserError(f'unknown data_source {data_source!r}; choose one of '
                     f'{", ".join(DATA_SOURCES)}.')
@@ -63,6 +75,22 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
 
   `eval_splits`: one split string or several (repeats are read once); the
   first is the main one (`num_eval`, `eval_batches()` without a split).
+
+  Args:
+    name: a name from OFFLINE_DATASETS or a TFDS name.
+    data_dir: where the data is (or is prepared into); None: the source's
+      default (Debian's IDX folder, or ~/tensorflow_datasets).
+    train_split: the training split, a TFDS split string.
+    eval_splits: the evaluation split(s), as above.
+    preprocessing: how images become model inputs.
+    data_source: one of DATA_SOURCES (see `source_for`).
+
+  Returns:
+    The dataset, batched per process.
+
+  Raises:
+    UserError: for an unknown dataset, source or split, an empty split,
+      or preprocessing that does not fit the data.
   """
   source = source_for(name, data_source)
   eval_splits = _split_list(eval_splits)

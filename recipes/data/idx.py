@@ -28,7 +28,17 @@ _DTYPES = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4',
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
-  """Returns the array stored in an IDX file (optionally gzip-compressed)."""
+  """Returns the array stored in an IDX file (optionally gzip-compressed).
+
+  Args:
+    path: the file; a name ending in '.gz' is decompressed first.
+
+  Returns:
+    The array, in native byte order.
+
+  Raises:
+    UserError: if the file is not complete gzip, not IDX, or truncated.
+  """
   data = storage.path(path).read_bytes()
   if os.fspath(path).endswith('.gz'):
     try:
@@ -50,14 +60,37 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
 
 
 def load_split(data_dir: str | None, split: str) -> dict[str, np.ndarray]:
-  """Loads `split` ('train', 'test', or a TFDS slice of them)."""
+  """Loads `split` ('train', 'test', or a TFDS slice of them).
+
+  Args:
+    data_dir: the folder of the four IDX .gz files; None: FASHION_MNIST_DIR.
+    split: the split string.
+
+  Returns:
+    `image` uint8 [N, H, W, 1] and `label` int64 [N].
+
+  Raises:
+    UserError: for a bad split string, or missing or broken files.
+  """
   return load_splits(data_dir, [split])[0]
 
 
 def load_splits(data_dir: str | None, splits: Sequence[str]
                 ) -> list[dict[str, np.ndarray]]:
   """Loads each of `splits` (TFDS syntax over 'train' and 'test'), reading
-  each file once."""
+  each file once.
+
+  Args:
+    data_dir: the folder of the four IDX .gz files; None: FASHION_MNIST_DIR.
+    splits: the split strings.
+
+  Returns:
+    For each split in order, `image` uint8 [N, H, W, 1] and `label` int64
+    [N].
+
+  Raises:
+    UserError: for a bad split string, or missing or broken files.
+  """
   instructions = [_instruction(split) for split in splits]
   # The files the splits read, found by resolving them against huge splits.
   any_size = dict.fromkeys(_SPLIT_PREFIX, 2**40)

@@ -30,10 +30,28 @@ from recipes.runtime.errors import UserError
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> int:
+  """Whole batches in one epoch (the last incomplete one is dropped).
+
+  Args:
+    num_examples: examples in the training split.
+    batch_size: the global batch.
+
+  Returns:
+    The number of training steps per epoch.
+  """
   return num_examples // batch_size
 
 
 def num_eval_steps(num_examples: int, batch_size: int) -> int:
+  """Batches in one evaluation pass, the last one padded.
+
+  Args:
+    num_examples: examples in the evaluation split.
+    batch_size: the global batch.
+
+  Returns:
+    The number of evaluation steps.
+  """
   return math.ceil(num_examples / batch_size)
 
 
@@ -44,6 +62,14 @@ def hide_accelerators_from_tensorflow():
 
 
 def as_numpy(ds: tf.data.Dataset) -> Iterator[Batch]:
+  """The batches of `ds` as numpy, prefetched, without tf.data autotuning.
+
+  Args:
+    ds: a dataset of batches.
+
+  Returns:
+    An iterator of numpy dicts.
+  """
   # Without tf.data's autotuning thread: deleting an iterator waits for it,
   # which after a stop by SIGTERM of a multi-process run took up to a minute
   # (a scheduler's SIGKILL came first). AUTOTUNE then means a thread per core
@@ -58,7 +84,20 @@ def train_batches(split: Batch, *, batch_size: int, seed: int,
                   start_step: int, num_steps: int,
                   preprocessing: Preprocessing = Preprocessing()
                   ) -> Iterator[Batch]:
-  """This process's slices of the global batches for steps [start, num_steps)."""
+  """This process's slices of the global batches for steps [start, num_steps).
+
+  Args:
+    split: `image` uint8 [N, H, W, C] and `label` [N] of the training split.
+    batch_size: the global batch; a multiple of the process count.
+    seed: the run's seed: each epoch's order and the augmentation.
+    start_step: the first step to feed (a resumed run's step).
+    num_steps: the step to stop before.
+    preprocessing: how images become model inputs.
+
+  Returns:
+    An iterator of this process's rows of each global batch: `image`
+    float32 and `label` int32.
+  """
   n = len(split['label'])
   per_epoch = steps_per_epoch(n, batch_size)
   start, stop = process_slice(batch_size)
@@ -98,7 +137,17 @@ def train_batches(split: Batch, *, batch_size: int, seed: int,
 def eval_batches(split: Batch, *, batch_size: int,
                  preprocessing: Preprocessing = Preprocessing()
                  ) -> Iterator[Batch]:
-  """One pass over every example; padding examples have mask False."""
+  """One pass over every example; padding examples have mask False.
+
+  Args:
+    split: `image` uint8 [N, H, W, C] and `label` [N] of the split.
+    batch_size: the global batch; a multiple of the process count.
+    preprocessing: how images become model inputs (its eval part).
+
+  Returns:
+    An iterator of this process's rows of each global batch: `image`
+    float32, `label` int32 and `mask` bool.
+  """
   n = len(split['label'])
   start, stop = process_slice(batch_size)
   images, labels = tf.constant(split['image']), tf.constant(split['label'])
@@ -155,31 +204,47 @@ class InMemoryDataset:
 
   @property
   def num_train(self) -> int:
+    """Examples in the training split."""
     return len(self.train['label'])
 
   @property
   def num_eval(self) -> int:
+    """Examples in the first evaluation split."""
     return len(self.eval['label'])
 
   @property
   def eval_sizes(self) -> dict[str, int]:
+    """Examples in each evaluation split, in the order given."""
     return {name: len(arrays['label']) for name, arrays in self.evals.items()}
 
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
                     num_steps: int) -> Iterator[Batch]:
+    """See `Dataset.train_batches`."""
     return train_batches(self.train, batch_size=batch_size, seed=seed,
                          start_step=start_step, num_steps=num_steps,
                          preprocessing=self.preprocessing)
 
   def eval_batches(self, *, batch_size: int, split: str | None = None
                    ) -> Iterator[Batch]:
+    """See `Dataset.eval_batches`."""
     return eval_batches(self.evals[eval_split(self.evals, split)],
                         batch_size=batch_size,
                         preprocessing=self.preprocessing)
 
 
 def eval_split(splits, split: str | None) -> str:
-  """`split`, or the first of `splits` for None; one of `splits`."""
+  """`split`, or the first of `splits` for None; one of `splits`.
+
+  Args:
+    splits: the loaded evaluation splits, in order (a dict's keys will do).
+    split: the split asked for; None: the first.
+
+  Returns:
+    The split string.
+
+  Raises:
+    ValueError: if `split` was not loaded.
+  """
   if split is None:
     return next(iter(splits))
   if split not in splits:

@@ -49,13 +49,29 @@ _EVAL_CROP_PADDING = 32
 
 def scale(image, image_size=None):
   """Pixel values (uint8, or float in [0, 255]) to [0, 1], for one image or a
-  batch; keeps the size."""
+  batch; keeps the size.
+
+  Args:
+    image: an image [H, W, C] or a batch [N, H, W, C].
+    image_size: ignored (the presets' common signature).
+
+  Returns:
+    The image(s) as float32 in [0, 1].
+  """
   del image_size
   return tf.cast(image, tf.float32) / 255.0
 
 
 def check_channels(name: str, channels: int | None):
-  """UserError unless normalization `name` fits images of `channels`."""
+  """UserError unless normalization `name` fits images of `channels`.
+
+  Args:
+    name: a key of MEAN_STD, or '' for none.
+    channels: the images' channel count; None: unknown, not checked.
+
+  Raises:
+    UserError: if the statistics are for another number of channels.
+  """
   if not name or channels is None:
     return
   mean, _ = MEAN_STD[name]
@@ -68,6 +84,18 @@ def check_channels(name: str, channels: int | None):
 
 
 def normalize(image, name: str):
+  """(image - mean) / std with the statistics of `name`.
+
+  Args:
+    image: an image or batch in [0, 1], channels last.
+    name: a key of MEAN_STD, or '' for none (the image as it is).
+
+  Returns:
+    The normalized image(s).
+
+  Raises:
+    UserError: if the statistics do not fit the channel count.
+  """
   if not name:
     return image
   check_channels(name, image.shape[-1])
@@ -77,7 +105,16 @@ def normalize(image, name: str):
 
 def cifar_crop_flip(image, seed, image_size=None):
   """Pad 4, random crop to the original size, random horizontal flip; keeps
-  the pixel values and dtype."""
+  the pixel values and dtype.
+
+  Args:
+    image: one image [H, W, C].
+    seed: a [2] integer tensor, the example's own.
+    image_size: ignored (the presets' common signature).
+
+  Returns:
+    The augmented image, [H, W, C].
+  """
   del image_size
   shape = tf.shape(image)
   padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
@@ -88,13 +125,31 @@ def cifar_crop_flip(image, seed, image_size=None):
 
 
 def cifar_train(image, seed, image_size=None):
-  """The CIFAR augmentation, scaled to [0, 1]."""
+  """The CIFAR augmentation, scaled to [0, 1].
+
+  Args:
+    image: one image [H, W, C].
+    seed: a [2] integer tensor, the example's own.
+    image_size: ignored (the presets' common signature).
+
+  Returns:
+    The augmented image as float32 in [0, 1].
+  """
   return scale(cifar_crop_flip(image, seed, image_size))
 
 
 def imagenet_crop_flip(jpeg, seed, image_size: int):
   """Random-resized crop decoded from the JPEG, resize, random flip; float32
-  pixel values in [0, 255]."""
+  pixel values in [0, 255].
+
+  Args:
+    jpeg: the encoded JPEG bytes (a scalar string tensor).
+    seed: a [2] integer tensor, the example's own.
+    image_size: the output side, in pixels.
+
+  Returns:
+    The image [image_size, image_size, 3].
+  """
   seeds = tf.random.experimental.stateless_split(seed, 2)
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
       tf.io.extract_jpeg_shape(jpeg),
@@ -110,7 +165,15 @@ def imagenet_crop_flip(jpeg, seed, image_size: int):
 
 
 def imagenet_eval(jpeg, image_size: int):
-  """Central crop of the JPEG, resized to image_size x image_size."""
+  """Central crop of the JPEG, resized to image_size x image_size.
+
+  Args:
+    jpeg: the encoded JPEG bytes (a scalar string tensor).
+    image_size: the output side, in pixels.
+
+  Returns:
+    The image [image_size, image_size, 3] as float32 in [0, 1].
+  """
   shape = tf.io.extract_jpeg_shape(jpeg)
   side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32)
                  * image_size / (image_size + _EVAL_CROP_PADDING), tf.int32)
@@ -124,7 +187,16 @@ def imagenet_eval(jpeg, image_size: int):
 def finetune_crop_flip(image, seed, image_size: int):
   """vision_transformer's fine-tuning crop (tf.image.sample_distorted_
   bounding_box over 5-100% of the area, no box to cover), resized bilinearly
-  to image_size x image_size, random flip; float32 pixel values in [0, 255]."""
+  to image_size x image_size, random flip; float32 pixel values in [0, 255].
+
+  Args:
+    image: one decoded image [H, W, C], of any size.
+    seed: a [2] integer tensor, the example's own.
+    image_size: the output side, in pixels.
+
+  Returns:
+    The image [image_size, image_size, C].
+  """
   seeds = tf.random.experimental.stateless_split(seed, 2)
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
       tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
@@ -139,7 +211,15 @@ def finetune_crop_flip(image, seed, image_size: int):
 
 def finetune_eval(image, image_size: int):
   """The whole image (or batch) resized bilinearly to image_size x
-  image_size, in [0, 1]."""
+  image_size, in [0, 1].
+
+  Args:
+    image: an image [H, W, C] or a batch [N, H, W, C].
+    image_size: the output side, in pixels.
+
+  Returns:
+    The resized image(s) as float32.
+  """
   return tf.image.resize(scale(image), [image_size, image_size])
 
 
@@ -174,6 +254,17 @@ AUGMENTATIONS = {
 
 def check(augment: str, normalize: str, randaugment_layers: int = 0,
           randaugment_magnitude: float = randaugment.MAX_LEVEL):
+  """Checks the config's preprocessing fields.
+
+  Args:
+    augment: a key of AUGMENTATIONS.
+    normalize: a key of MEAN_STD, or '' for none.
+    randaugment_layers: RandAugment's operations per image; 0: none.
+    randaugment_magnitude: RandAugment's strength, 0 to MAX_LEVEL (10).
+
+  Raises:
+    UserError: for an unknown name or a value out of range.
+  """
   if augment not in AUGMENTATIONS:
     raise UserError(f'unknown augment {augment!r}; choose one of '
                     f'{", ".join(AUGMENTATIONS)}.')
@@ -213,33 +304,58 @@ class Preprocessing:
 
   @property
   def augmentation(self) -> Augmentation:
+    """The preset named by `augment`."""
     return AUGMENTATIONS[self.augment]
 
   @property
   def is_random(self) -> bool:
+    """Whether training images are augmented at random."""
     return self.augmentation.train is not None or self.randaugment_layers > 0
 
   @property
   def takes_jpeg(self) -> bool:
+    """Whether the preset takes encoded JPEGs (streamed datasets only)."""
     return self.augmentation.takes_jpeg
 
   def image_shape(self, stored: tuple[int | None, ...]
                   ) -> tuple[int | None, ...]:
     """The shape of the model inputs made from images of shape `stored`
-    (None: a dimension that varies)."""
+    (None: a dimension that varies).
+
+    Args:
+      stored: the shape of one stored image, [H, W, C].
+
+    Returns:
+      The model's input shape: `stored`, or the preset's resize of it.
+    """
     if not self.augmentation.resizes:
       return tuple(stored)
     channels = 3 if self.takes_jpeg else stored[-1]
     return (self.image_size, self.image_size, channels)
 
   def check_channels(self, stored: tuple[int | None, ...]):
-    """UserError unless the normalization fits images stored as `stored`."""
+    """UserError unless the normalization fits images stored as `stored`.
+
+    Args:
+      stored: the shape of one stored image, [H, W, C].
+
+    Raises:
+      UserError: if the statistics are for another number of channels.
+    """
     check_channels(self.normalize, self.image_shape(stored)[-1])
 
   def augment_example(self, image, seed) -> dict:
     """The per-example random part of training (when is_random): `pixels`
     in [0, 255] and, with RandAugment, its `draws`; `finish` does the rest
-    on whole batches."""
+    on whole batches.
+
+    Args:
+      image: one stored image [H, W, C], or its JPEG bytes if takes_jpeg.
+      seed: a [2] integer tensor, the example's own.
+
+    Returns:
+      {'pixels': ...} and, with RandAugment, 'draws' [layers, 4].
+    """
     if self.augmentation.train is not None:
       image = self.augmentation.train(image, seed, self.image_size)
     out = {'pixels': image}
@@ -252,14 +368,30 @@ class Preprocessing:
 
   def finish(self, pixels, draws=None):
     """Batched `augment_example` outputs to model inputs: RandAugment,
-    scaling, normalization."""
+    scaling, normalization.
+
+    Args:
+      pixels: the batch's `pixels` [N, H, W, C], in [0, 255].
+      draws: the batch's `draws` [N, layers, 4]; None: no RandAugment.
+
+    Returns:
+      The model inputs, float32.
+    """
     if draws is not None:
       pixels = randaugment.randaugment_batch(
           _to_uint8(pixels), draws, self.randaugment_magnitude)
     return normalize(scale(pixels), self.normalize)
 
   def train(self, image, seed):
-    """One training example; `seed` is a [2] int tensor."""
+    """One training example; `seed` is a [2] int tensor.
+
+    Args:
+      image: one stored image [H, W, C], or its JPEG bytes if takes_jpeg.
+      seed: the example's own seed.
+
+    Returns:
+      The model input, float32.
+    """
     if not self.is_random:
       return self.eval(image)
     augmented = self.augment_example(image, seed)
@@ -267,7 +399,15 @@ class Preprocessing:
 
   def train_batch(self, images, seeds):
     """Training examples [B, ...] with their seeds [B, 2]; each one as
-    `train` makes it, but RandAugment runs on the whole batch."""
+    `train` makes it, but RandAugment runs on the whole batch.
+
+    Args:
+      images: stored images [B, H, W, C].
+      seeds: each example's own seed, [B, 2] integers.
+
+    Returns:
+      The model inputs [B, ...], float32.
+    """
     if not self.is_random:
       return self.eval(images)
     signature = {'pixels': tf.TensorSpec(
@@ -281,6 +421,14 @@ class Preprocessing:
     return self.finish(**augmented)
 
   def eval(self, image):
-    """One evaluation example, or a batch unless the preset takes JPEGs."""
+    """One evaluation example, or a batch unless the preset takes JPEGs.
+
+    Args:
+      image: a stored image [H, W, C] or batch, or JPEG bytes if
+        takes_jpeg.
+
+    Returns:
+      The model input(s), float32.
+    """
     return normalize(self.augmentation.eval(image, self.image_size),
                      self.normalize)

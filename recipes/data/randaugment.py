@@ -63,7 +63,14 @@ def _to_uint8(pixels):
 
 
 def grey(images):
-  """The grey level of each pixel as float32 [N, H, W, 1]."""
+  """The grey level of each pixel as float32 [N, H, W, 1].
+
+  Args:
+    images: uint8 [N, H, W, C].
+
+  Returns:
+    float32 [N, H, W, 1] (PIL's L for RGB).
+  """
   pixels = tf.cast(images, tf.float32)
   if _channels(images) == 1:
     return pixels
@@ -72,7 +79,16 @@ def grey(images):
 
 def blend(degenerate, images, factor):
   """degenerate + factor * (images - degenerate), clipped to uint8: PIL's
-  ImageEnhance (factor 0 gives `degenerate`, 1 the image, > 1 extrapolates)."""
+  ImageEnhance (factor 0 gives `degenerate`, 1 the image, > 1 extrapolates).
+
+  Args:
+    degenerate: the image(s) to blend with, broadcastable to `images`.
+    images: uint8 [N, H, W, C].
+    factor: a scalar or [N, 1, 1, 1].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   degenerate = tf.cast(degenerate, tf.float32)
   return _to_uint8(degenerate + factor * (tf.cast(images, tf.float32)
                                           - degenerate))
@@ -81,30 +97,70 @@ def blend(degenerate, images, factor):
 # Pixel-value operations.
 
 def invert(images):
+  """255 - each pixel.
+
+  Args:
+    images: uint8 [N, H, W, C].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   return 255 - images
 
 
 def solarize(images, threshold):
-  """Inverts the pixels >= threshold (0-256)."""
+  """Inverts the pixels >= threshold (0-256).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    threshold: 0-256; 256 changes nothing.
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   return tf.where(tf.cast(images, tf.int32) < threshold, images, 255 - images)
 
 
 def solarize_add(images, addition, threshold=128):
-  """Adds `addition` (clipped to 0-255) to the pixels < threshold."""
+  """Adds `addition` (clipped to 0-255) to the pixels < threshold.
+
+  Args:
+    images: uint8 [N, H, W, C].
+    addition: the amount added, 0-255.
+    threshold: pixels below it get the addition.
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   pixels = tf.cast(images, tf.int32)
   added = tf.cast(tf.clip_by_value(pixels + addition, 0, 255), tf.uint8)
   return tf.where(pixels < threshold, added, images)
 
 
 def posterize(images, bits):
-  """Keeps the `bits` (0-8) highest bits of every pixel."""
+  """Keeps the `bits` (0-8) highest bits of every pixel.
+
+  Args:
+    images: uint8 [N, H, W, C].
+    bits: how many high bits to keep, 0-8.
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   mask = (0xFF << (8 - bits)) & 0xFF
   return tf.bitwise.bitwise_and(images, tf.constant(mask, tf.uint8))
 
 
 def autocontrast(images):
   """Stretches each channel linearly so its min becomes 0 and max 255;
-  a constant channel stays as it is."""
+  a constant channel stays as it is.
+
+  Args:
+    images: uint8 [N, H, W, C].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   pixels = tf.cast(images, tf.float32)
   low = tf.reduce_min(pixels, axis=[1, 2], keepdims=True)
   high = tf.reduce_max(pixels, axis=[1, 2], keepdims=True)
@@ -116,7 +172,14 @@ def autocontrast(images):
 def equalize(images):
   """PIL's histogram equalization, per channel: with step = (pixels - count
   of the brightest value) // 255, value v maps to (pixels below v + step //
-  2) // step; a channel with step 0 stays as it is."""
+  2) // step; a channel with step 0 stays as it is.
+
+  Args:
+    images: uint8 [N, H, W, C].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   channels = _channels(images)
   shape = tf.shape(images)
   values = tf.reshape(tf.cast(images, tf.int32), [shape[0], -1, channels])
@@ -139,26 +202,58 @@ def equalize(images):
 
 
 def color(images, factor):
-  """Blend with the grey image (PIL's Color); the identity on grey images."""
+  """Blend with the grey image (PIL's Color); the identity on grey images.
+
+  Args:
+    images: uint8 [N, H, W, C].
+    factor: PIL's enhance factor (0: grey, 1: unchanged).
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   if _channels(images) == 1:
     return images
   return blend(grey(images), images, factor)
 
 
 def contrast(images, factor):
-  """Blend with a flat image of the mean grey level (PIL's Contrast)."""
+  """Blend with a flat image of the mean grey level (PIL's Contrast).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    factor: PIL's enhance factor (0: flat grey, 1: unchanged).
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   mean = tf.round(tf.reduce_mean(grey(images), axis=[1, 2, 3], keepdims=True))
   return blend(mean, images, factor)
 
 
 def brightness(images, factor):
-  """Blend with black (PIL's Brightness)."""
+  """Blend with black (PIL's Brightness).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    factor: PIL's enhance factor (0: black, 1: unchanged).
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   return blend(tf.zeros([], tf.float32), images, factor)
 
 
 def sharpness(images, factor):
   """Blend with the images smoothed by PIL's SMOOTH kernel, whose border
-  pixels stay as they are (PIL's Sharpness)."""
+  pixels stay as they are (PIL's Sharpness).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    factor: PIL's enhance factor (0: smoothed, 1: unchanged).
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   channels = _channels(images)
   kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32) / 13.0
   kernel = tf.tile(kernel[:, :, None, None], [1, 1, channels, 1])
@@ -193,7 +288,15 @@ def _sides(images):
 
 
 def rotate(images, degrees):
-  """Rotation about the centre by `degrees`, counter-clockwise if positive."""
+  """Rotation about the centre by `degrees`, counter-clockwise if positive.
+
+  Args:
+    images: uint8 [N, H, W, C].
+    degrees: the angle, a scalar or [N].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   height, width = _sides(images)
   radians = tf.cast(degrees, tf.float32) * math.pi / 180.0
   cos, sin = tf.cos(radians), tf.sin(radians)
@@ -203,26 +306,71 @@ def rotate(images, degrees):
 
 
 def shear_x(images, level):
+  """Horizontal shear: output pixel (x, y) takes input (x + level * y, y).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    level: the shear, a scalar or [N].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   return _transform(images, (1.0, level, 0.0), (0.0, 1.0, 0.0))
 
 
 def shear_y(images, level):
+  """Vertical shear: output pixel (x, y) takes input (x, level * x + y).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    level: the shear, a scalar or [N].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   return _transform(images, (1.0, 0.0, 0.0), (level, 1.0, 0.0))
 
 
 def translate_x(images, pixels):
-  """Moves the content `pixels` to the left (right if negative)."""
+  """Moves the content `pixels` to the left (right if negative).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    pixels: the shift, a scalar or [N].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   return _transform(images, (1.0, 0.0, pixels), (0.0, 1.0, 0.0))
 
 
 def translate_y(images, pixels):
-  """Moves the content `pixels` up (down if negative)."""
+  """Moves the content `pixels` up (down if negative).
+
+  Args:
+    images: uint8 [N, H, W, C].
+    pixels: the shift, a scalar or [N].
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   return _transform(images, (1.0, 0.0, 0.0), (0.0, 1.0, pixels))
 
 
 def cutout(images, half_height, half_width, center_y, center_x):
   """Fills rows [cy - hh, cy + hh) x columns [cx - hw, cx + hw) with FILL;
-  the centres are scalars or [N]."""
+  the centres are scalars or [N].
+
+  Args:
+    images: uint8 [N, H, W, C].
+    half_height: half the box's height, in pixels.
+    half_width: half the box's width, in pixels.
+    center_y: the box's centre row.
+    center_x: the box's centre column.
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+  """
   rows = tf.range(tf.shape(images)[1])[None, :, None, None]
   cols = tf.range(tf.shape(images)[2])[None, None, :, None]
   center_y = tf.reshape(center_y, [-1, 1, 1, 1])
@@ -286,7 +434,18 @@ OPS = {
 
 
 def apply_op(name: str, image, magnitude, sign=1.0, uniform=(0.5, 0.5)):
-  """One operation of OPS at `magnitude` (0-10) on one image [H, W, C]."""
+  """One operation of OPS at `magnitude` (0-10) on one image [H, W, C].
+
+  Args:
+    name: a key of OPS.
+    image: uint8 [H, W, C].
+    magnitude: the strength, 0 to MAX_LEVEL.
+    sign: -1.0 to negate a signed operation (Rotate, Shear, Translate).
+    uniform: Cutout's centre, as fractions of the height and width.
+
+  Returns:
+    The image, uint8 [H, W, C].
+  """
   images = tf.convert_to_tensor(image)[None]
   sign = tf.constant([sign], tf.float32)
   uniform = tf.constant([uniform], tf.float32)
@@ -295,13 +454,34 @@ def apply_op(name: str, image, magnitude, sign=1.0, uniform=(0.5, 0.5)):
 
 def draws(seed, num_layers: int):
   """One example's random numbers [num_layers, 4] from its [2] seed: per
-  layer the op, the sign of a signed op, and Cutout's centre."""
+  layer the op, the sign of a signed op, and Cutout's centre.
+
+  Args:
+    seed: the example's [2] integer seed.
+    num_layers: how many operations will be applied.
+
+  Returns:
+    float32 [num_layers, 4] in [0, 1).
+  """
   return tf.random.stateless_uniform([num_layers, 4], seed=seed)
 
 
 def randaugment_batch(images, layer_draws, magnitude):
   """RandAugment on uint8 images [N, H, W, C] at `magnitude` (0-10), with
-  each example's `draws` in `layer_draws` [N, num_layers, 4]."""
+  each example's `draws` in `layer_draws` [N, num_layers, 4].
+
+  Args:
+    images: uint8 [N, H, W, C].
+    layer_draws: each example's `draws`, [N, num_layers, 4].
+    magnitude: the strength, 0 to MAX_LEVEL.
+
+  Returns:
+    The images, uint8 [N, H, W, C].
+
+  Raises:
+    ValueError: for images that are not uint8 or have an unknown channel
+      count.
+  """
   images = tf.convert_to_tensor(images)
   if images.dtype != tf.uint8:
     raise ValueError(f'RandAugment takes uint8 images, not {images.dtype}.')
@@ -324,6 +504,16 @@ def randaugment_batch(images, layer_draws, magnitude):
 
 def randaugment(image, seed, num_layers: int, magnitude):
   """`num_layers` operations drawn uniformly from OPS, each at `magnitude`
-  (0-10), on one uint8 image [H, W, C]; `seed` is a [2] integer tensor."""
+  (0-10), on one uint8 image [H, W, C]; `seed` is a [2] integer tensor.
+
+  Args:
+    image: uint8 [H, W, C].
+    seed: the example's own seed.
+    num_layers: how many operations to apply.
+    magnitude: the strength, 0 to MAX_LEVEL.
+
+  Returns:
+    The image, uint8 [H, W, C].
+  """
   return randaugment_batch(tf.convert_to_tensor(image)[None],
                            draws(seed, num_layers)[None], magnitude)[0]

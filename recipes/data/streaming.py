@@ -55,10 +55,12 @@ class StreamingDataset:
 
   @property
   def num_eval(self) -> int:
+    """Examples in the first evaluation split."""
     return next(iter(self.eval_sizes.values()))
 
   @property
   def image_shape(self) -> tuple[int, ...]:
+    """The model's input: the stored shape, or the preset's resize of it."""
     return self.preprocessing.image_shape(
         tfds_source.stored_image_shape(self.builder))
 
@@ -72,6 +74,8 @@ class StreamingDataset:
 
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
                     num_steps: int) -> Iterator[Batch]:
+    """See `Dataset.train_batches`; the order is reproducible for the same
+    seed and process count only."""
     local = batch_size // jax.process_count()
     # Distinct augmentation seeds on every process and example.
     offset = jax.process_index() << 40
@@ -101,6 +105,7 @@ class StreamingDataset:
 
   def eval_batches(self, *, batch_size: int, split: str | None = None
                    ) -> Iterator[Batch]:
+    """See `Dataset.eval_batches`."""
     split = in_memory.eval_split(self.eval_sizes, split)
     local = batch_size // jax.process_count()
     steps = in_memory.num_eval_steps(self.eval_sizes[split], batch_size)

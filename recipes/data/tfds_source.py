@@ -20,6 +20,18 @@ def prepared_builder(name: str, data_dir: str | None):
   """The builder of `name`, downloaded and prepared into `data_dir` if needed.
 
   Raises tfds.core.registered.DatasetNotFoundError for an unknown name.
+
+  Args:
+    name: a TFDS name, optionally with config and version.
+    data_dir: where TFDS keeps its data; None: ~/tensorflow_datasets.
+
+  Returns:
+    The prepared builder.
+
+  Raises:
+    tfds.core.registered.DatasetNotFoundError: for an unknown name.
+    UserError: if the data is not prepared and cannot be downloaded or
+      prepared.
   """
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
@@ -46,6 +58,12 @@ def first_unreachable_url(builder) -> str | None:
   One short request per host, honouring proxy settings. Tests that fake the
   download (tfds.testing.mock_data) replace this function with one that
   returns None.
+
+  Args:
+    builder: a TFDS builder.
+
+  Returns:
+    The first URL that did not answer, or None.
   """
   hosts = {}
   for url in (getattr(builder, 'url_infos', None) or {}):
@@ -59,11 +77,26 @@ def first_unreachable_url(builder) -> str | None:
 
 
 def num_classes(builder) -> int:
+  """The number of classes of the builder's `label` feature.
+
+  Args:
+    builder: a TFDS builder with a ClassLabel `label`.
+
+  Returns:
+    The number of classes.
+  """
   return builder.info.features['label'].num_classes
 
 
 def stored_image_shape(builder) -> tuple[int | None, ...]:
-  """None for a dimension that varies between images."""
+  """None for a dimension that varies between images.
+
+  Args:
+    builder: a TFDS builder with an `image` feature.
+
+  Returns:
+    The stored image shape [H, W, C], by the metadata.
+  """
   return tuple(builder.info.features['image'].shape)
 
 
@@ -78,7 +111,18 @@ def _empty(builder, split: str) -> UserError:
 
 
 def num_examples(builder, split: str) -> int:
-  """Examples in `split` (TFDS syntax: 'train[:99%]') by the metadata."""
+  """Examples in `split` (TFDS syntax: 'train[:99%]') by the metadata.
+
+  Args:
+    builder: a prepared TFDS builder.
+    split: the split string.
+
+  Returns:
+    The number of examples.
+
+  Raises:
+    UserError: for a split the builder does not have or cannot parse.
+  """
   try:
     return builder.info.splits[split].num_examples
   except (KeyError, ValueError, NotImplementedError) as e:
@@ -86,7 +130,18 @@ def num_examples(builder, split: str) -> int:
 
 
 def read_split(builder, split: str) -> dict[str, np.ndarray]:
-  """`image` and `label` of every example of `split`, as numpy arrays."""
+  """`image` and `label` of every example of `split`, as numpy arrays.
+
+  Args:
+    builder: a prepared TFDS builder.
+    split: the split string.
+
+  Returns:
+    `image` [N, H, W, C] and `label` [N].
+
+  Raises:
+    UserError: for a bad split, or one without examples.
+  """
   if builder.info.splits and not num_examples(builder, split):
     raise _empty(builder, split)
   try:

@@ -16,15 +16,18 @@ class DataParallel:
 
   @classmethod
   def from_settings(cls, spec, settings, devices=None):
+    """See `Strategy.from_settings`; the settings are not used."""
     del settings  # Only the sharded strategy has settings of its own.
     return cls(spec, devices=devices)
 
   @staticmethod
   def batch_divisor(settings, num_devices: int) -> tuple[int, str]:
+    """See `Strategy.batch_divisor`: the number of devices."""
     del settings  # Every device gets an equal share.
     return num_devices, 'devices'
 
   def describe(self) -> str:
+    """The parameters and where their copies live, for the log."""
     overview = parameter_overview.get_parameter_overview(
         self.abstract_state.params, include_stats=False)
     return f'{overview}\n{self.placement}'

@@ -21,7 +21,15 @@ _ENV = ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID')
 
 
 def initialize(requested: bool):
-  """Initializes jax.distributed if requested or set up by the environment."""
+  """Initializes jax.distributed if requested or set up by the environment.
+
+  Args:
+    requested: the `--distributed` flag: initialize even without the
+      environment variables (JAX then detects a TPU pod or SLURM job).
+
+  Raises:
+    UserError: if only some of the JAX_* variables are set.
+  """
   explicit = {name: os.environ.get(name) for name in _ENV}
   if any(explicit.values()):
     missing = [name for name, value in explicit.items() if not value]

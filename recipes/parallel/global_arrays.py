@@ -20,7 +20,14 @@ from recipes.runtime.errors import UserError
 
 
 def to_host(tree):
-  """A numpy copy of each (global) array, gathered from all processes."""
+  """A numpy copy of each (global) array, gathered from all processes.
+
+  Args:
+    tree: a tree of jax.Arrays; every process must call this together.
+
+  Returns:
+    The same tree of whole numpy arrays.
+  """
 
   def fetch(x):
     if x.is_fully_replicated:
@@ -36,6 +43,11 @@ class BatchPlacer:
   `sharding` splits the batch dimension; `how_to_fix` says, for the error
   when a process's devices would hold rows it did not load, which setting
   to change.
+
+  Args:
+    sharding: the batches' sharding, splitting their first dimension.
+    how_to_fix: the advice in that error, e.g. which mesh setting to change.
+    prefetch: how many batches are placed on the devices ahead.
   """
 
   def __init__(self, sharding: NamedSharding, how_to_fix: str,
@@ -62,6 +74,18 @@ class BatchPlacer:
     self._checked_sizes.add(global_size)
 
   def place(self, batch: dict) -> dict:
+    """One batch as global arrays.
+
+    Args:
+      batch: this process's rows of the global batch, numpy arrays.
+
+    Returns:
+      The global batch, split by `sharding`.
+
+    Raises:
+      UserError: if this process's devices would hold other rows than
+        the ones it loaded.
+    """
     global_size = len(batch['label']) * jax.process_count()
     self._check_rows(global_size)
     return jax.tree.map(
@@ -69,7 +93,14 @@ class BatchPlacer:
             self.sharding, x, (global_size, *x.shape[1:])), batch)
 
   def __call__(self, batches: Iterable[dict]) -> Iterator[dict]:
-    """Global batches from this process's slices, `prefetch` steps ahead."""
+    """Global batches from this process's slices, `prefetch` steps ahead.
+
+    Args:
+      batches: this process's rows of each global batch.
+
+    Yields:
+      The global batches, in order.
+    """
     queue = collections.deque()
     for batch in batches:
       queue.append(self.place(batch))
@@ -96,11 +127,14 @@ class GlobalState:
     return jax.device_put(jax.device_get(state), self.state_shardings)
 
   def to_checkpoint(self, state):
+    """See `Strategy.to_checkpoint`: the state as it is."""
     return state
 
   def checkpoint_target(self, state):
+    """See `Strategy.checkpoint_target`: `abstract_state`."""
     del state  # The shardings are the strategy's, not the state's.
     return self.abstract_state
 
   def from_checkpoint(self, restored):
+    """See `Strategy.from_checkpoint`: the restored state as it is."""
     return restored

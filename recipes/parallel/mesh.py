@@ -13,7 +13,19 @@ from recipes.runtime.errors import UserError
 
 
 def mesh_shape(sizes: Mapping[str, int], num_devices: int) -> tuple[int, ...]:
-  """Axis sizes in the order of MESH_AXES; one size -1 takes what is left."""
+  """Axis sizes in the order of MESH_AXES; one size -1 takes what is left.
+
+  Args:
+    sizes: a size for each of 'data', 'fsdp' and 'tensor' (config.mesh).
+    num_devices: the devices the mesh must use, all of them.
+
+  Returns:
+    The sizes as a tuple, multiplying to `num_devices`.
+
+  Raises:
+    UserError: for sizes that are not positive (or one -1), or do not
+      multiply to `num_devices`.
+  """
   given = {axis: int(sizes[axis]) for axis in MESH_AXES}
   flag = ' '.join(f'--config.mesh.{a}={s}' for a, s in given.items())
   free = [a for a, s in given.items() if s == -1]
@@ -35,7 +47,18 @@ def mesh_shape(sizes: Mapping[str, int], num_devices: int) -> tuple[int, ...]:
 
 
 def make_mesh(sizes: Mapping[str, int], devices=None) -> Mesh:
-  """The ('data', 'fsdp', 'tensor') mesh over `devices` (default: all)."""
+  """The ('data', 'fsdp', 'tensor') mesh over `devices` (default: all).
+
+  Args:
+    sizes: the axis sizes, as for `mesh_shape`.
+    devices: the devices, in order; None: jax.devices().
+
+  Returns:
+    The mesh, with Auto axis types.
+
+  Raises:
+    UserError: for sizes that do not fit the devices.
+  """
   devices = jax.devices() if devices is None else list(devices)
   # Auto axes: Flax Linen's logical partitioning does not work with the
   # Explicit axes jax.make_mesh gives by default.
@@ -45,6 +68,14 @@ def make_mesh(sizes: Mapping[str, int], devices=None) -> Mesh:
 
 
 def describe_mesh(mesh: Mesh) -> str:
+  """The mesh's axes and device ids, for the log.
+
+  Args:
+    mesh: the mesh.
+
+  Returns:
+    A few lines of text.
+  """
   ids = np.vectorize(lambda d: d.id)(mesh.devices)
   shape = ', '.join(f'{a}={s}' for a, s in mesh.shape.items())
   return (f'mesh {shape}, axis names {mesh.axis_names}, device ids in mesh '

@@ -94,12 +94,26 @@ FAMILY_RULES = {'mlp': CONV_RULES, 'convnet': CONV_RULES,
 
 def default_rules(model: str) -> DefaultRules:
   """The logical rules for the family of zoo model `model`; none for a model
-  of your own (its parameters are replicated, its batch split)."""
+  of your own (its parameters are replicated, its batch split).
+
+  Args:
+    model: a zoo model name.
+
+  Returns:
+    The family's rules, as DefaultRules.
+  """
   return FAMILY_RULES.get(zoo.spec(model).family, DefaultRules())
 
 
 def path_str(key_path) -> str:
-  """'block0/Dense_0/kernel' for a pytree key path."""
+  """'block0/Dense_0/kernel' for a pytree key path.
+
+  Args:
+    key_path: a key path from jax.tree_util's *_with_path functions.
+
+  Returns:
+    The keys joined by '/'.
+  """
   parts = []
   for key in key_path:
     for attr in ('key', 'name', 'idx'):
@@ -127,7 +141,20 @@ def _check_axes(entry, where: str):
 
 def logical_rules(rules: Iterable, defaults: Iterable = ()) -> LogicalRules:
   """The user's `rules` checked (or `defaults` when empty), with a 'batch'
-  rule. The result is `DefaultRules` unless it holds the user's rules."""
+  rule. The result is `DefaultRules` unless it holds the user's rules.
+
+  Args:
+    rules: (logical name, mesh axes) pairs (config.partition_rules); the
+      mesh axes None, an axis or a tuple of axes.
+    defaults: the rules to use when `rules` is empty, e.g.
+      `default_rules(model)`.
+
+  Returns:
+    The rules as tuples, with ('batch', BATCH_AXES) first if none was given.
+
+  Raises:
+    UserError: for a rule that is not a pair, or names no mesh axis.
+  """
   given = tuple(rules)
   user_given = bool(given) and not isinstance(rules, DefaultRules)
   checked = []
@@ -146,7 +173,19 @@ def logical_rules(rules: Iterable, defaults: Iterable = ()) -> LogicalRules:
 
 
 def path_rules(rules: Iterable) -> PathRules:
-  """The config's regex rules, checked, each spec a tuple."""
+  """The config's regex rules, checked, each spec a tuple.
+
+  Args:
+    rules: (regex, spec) pairs (config.path_rules); each spec entry None,
+      a mesh axis or a tuple of mesh axes.
+
+  Returns:
+    The rules as tuples.
+
+  Raises:
+    UserError: for a rule that is not a pair, a bad regex, or an unknown
+      mesh axis.
+  """
   checked = []
   for rule in rules:
     if (not isinstance(rule, (tuple, list)) or len(rule) != 2
@@ -189,7 +228,17 @@ def _spec_for(path: str, shape: Sequence[int], names, rules: LogicalRules,
 
 def check_shardable(path: str, shape: Sequence[int], spec: PartitionSpec,
                     mesh_shape: dict[str, int]):
-  """A clear error when a mesh axis size does not divide a dimension."""
+  """A clear error when a mesh axis size does not divide a dimension.
+
+  Args:
+    path: the parameter's path, for the message.
+    shape: the parameter's shape.
+    spec: the mesh axes of each dimension.
+    mesh_shape: the size of each mesh axis.
+
+  Raises:
+    UserError: if a dimension's size is not a multiple of its axes' sizes.
+  """
   for dim, entry in enumerate(spec):
     axes = _axes(entry)
     size = math.prod(mesh_shape[a] for a in axes)
@@ -209,6 +258,21 @@ def param_specs(params, names, rules: LogicalRules, regexes: PathRules,
 
   `params` holds arrays or shape structs; `names` the same tree with a
   PartitionSpec of logical names per parameter (`nn.get_partition_spec`).
+
+  Args:
+    params: the parameters, as above.
+    names: their logical names, as above.
+    rules: the logical rules (`logical_rules`); warnings for unmatched
+      ones unless they are DefaultRules.
+    regexes: the path rules (`path_rules`), checked first.
+    mesh_shape: the size of each mesh axis.
+
+  Returns:
+    The params tree with a PartitionSpec of mesh axes per parameter.
+
+  Raises:
+    UserError: for a path rule longer than its parameter's rank, or a
+      dimension its mesh axes do not divide.
   """
   flat, treedef = jax.tree_util.tree_flatten_with_path(params)
   name_leaves = treedef.flatten_up_to(names)
@@ -247,14 +311,30 @@ def _warn_unmatched(paths: Sequence[str], names, rules: LogicalRules,
 
 
 def bytes_per_device(tree, shardings) -> int:
-  """Bytes each device holds of the arrays in `tree` under `shardings`."""
+  """Bytes each device holds of the arrays in `tree` under `shardings`.
+
+  Args:
+    tree: arrays or shape structs.
+    shardings: a sharding per leaf of `tree`, in the same order.
+
+  Returns:
+    The bytes of one device's shards, summed over the leaves.
+  """
   return sum(
       math.prod(s.shard_shape(a.shape)) * np.dtype(a.dtype).itemsize
       for a, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)))
 
 
 def table(params, shardings: Any) -> str:
-  """One row per parameter: path, shape, PartitionSpec, bytes per device."""
+  """One row per parameter: path, shape, PartitionSpec, bytes per device.
+
+  Args:
+    params: the parameters, arrays or shape structs.
+    shardings: a NamedSharding per parameter, the same tree.
+
+  Returns:
+    A Markdown table, with a row of totals.
+  """
   rows = [('path', 'shape', 'PartitionSpec', 'bytes/device')]
   flat = jax.tree_util.tree_leaves_with_path(params)
   for (key_path, leaf), sharding in zip(flat, jax.tree.leaves(shardings)):

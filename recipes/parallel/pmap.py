@@ -49,6 +49,7 @@ class PmapStrategy(DataParallel):
         devices=pmap_devices)
 
   def create_state(self, rng: jax.Array):
+    """See `Strategy.create_state`: a copy on each local device."""
     return self.place_state(self.spec.create_state(rng))
 
   def place_state(self, state):
@@ -72,6 +73,7 @@ class PmapStrategy(DataParallel):
                          PartitionSpec())
 
   def to_checkpoint(self, state):
+    """See `Strategy.to_checkpoint`: one copy, replicated everywhere."""
     sharding = self._replicated_everywhere()
     return jax.tree.map(
         lambda x: jax.make_array_from_single_device_arrays(
@@ -80,16 +82,20 @@ class PmapStrategy(DataParallel):
         state)
 
   def checkpoint_target(self, state):
+    """See `Strategy.checkpoint_target`: one copy's shapes."""
     sharding = self._replicated_everywhere()
     return jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype, sharding=sharding),
         state)
 
   def from_checkpoint(self, restored):
+    """See `Strategy.from_checkpoint`: a copy on each local device."""
     return self.place_state(
         jax.tree.map(lambda x: x.addressable_shards[0].data, restored))
 
   def place_batches(self, batches: Iterable[dict]) -> Iterator[dict]:
+    """See `Strategy.place_batches`: each batch split [devices, share]."""
+
     def split(x):
       return np.reshape(x, (len(self.devices), -1, *x.shape[1:]))
 

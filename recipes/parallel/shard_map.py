@@ -71,4 +71,5 @@ class ShardMapStrategy(DataParallel, global_arrays.GlobalState):
         functools.partial(steps.eval_step, axis_name=AXIS), PartitionSpec()))
 
   def create_state(self, rng: jax.Array):
+    """See `Strategy.create_state`: replicated over the mesh."""
     return self.spec.create_state(rng, shardings=self.state_shardings)

@@ -107,6 +107,7 @@ class ShardedStrategy(global_arrays.GlobalState):
 
   @staticmethod
   def batch_divisor(settings, num_devices: int) -> tuple[int, str]:
+    """See `Strategy.batch_divisor`: the batch shards (and processes)."""
     data, fsdp, _ = meshes.mesh_shape(settings.mesh, num_devices)
     # Each process loads its own rows, so they must also divide evenly.
     return (math.lcm(data * fsdp, jax.process_count()),
@@ -134,10 +135,12 @@ class ShardedStrategy(global_arrays.GlobalState):
       return self.spec.create_state(rng, shardings=self.state_shardings)
 
   def train_step(self, state, batch):
+    """See `Strategy.train_step`."""
     with self._scope():
       return self._train_step(state, batch)
 
   def eval_step(self, state, batch):
+    """See `Strategy.eval_step`."""
     with self._scope():
       return self._eval_step(state, batch)
 

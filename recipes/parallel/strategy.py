@@ -56,43 +56,139 @@ class Strategy(Protocol):
   @classmethod
   def from_settings(cls, spec: StateSpec, settings: ParallelSettings,
                     devices: Iterable | None = None) -> 'Strategy':
-    """The strategy for the state of `spec`, set up as `settings` say."""
+    """The strategy for the state of `spec`, set up as `settings` say.
+
+    Args:
+      spec: the state to train (recipes/core/state_spec.py).
+      settings: the mesh and rules (used by the sharded strategy only).
+      devices: the devices to use; default: the strategy's (all of them).
+
+    Returns:
+      The strategy.
+
+    Raises:
+      UserError: where the settings do not fit the devices or the model
+        (a bad mesh, a rule that cannot shard a parameter).
+    """
 
   @staticmethod
   def batch_divisor(settings: ParallelSettings,
                     num_devices: int) -> tuple[int, str]:
     """What every global batch must be divisible by, and what to call it
-    in an error message (known before the model or data exist)."""
+    in an error message (known before the model or data exist).
+
+    Args:
+      settings: the strategy's settings (the sharded strategy's mesh).
+      num_devices: how many devices the run uses, over all processes.
+
+    Returns:
+      (the divisor, a plural noun for what it counts, e.g. 'devices').
+
+    Raises:
+      UserError: for a mesh that does not fit `num_devices`.
+    """
 
   def describe(self) -> str:
-    """How the state is placed, for the log."""
+    """How the state is placed, for the log.
+
+    Returns:
+      Lines of text (for the sharded strategy, the mesh and a table of the
+      parameters' shardings).
+    """
 
   def create_state(self, rng: jax.Array) -> TrainState:
-    """The initial state, already placed."""
+    """The initial state, already placed.
+
+    Args:
+      rng: the initialization key (the same on every process).
+
+    Returns:
+      The state, placed as the steps take it.
+    """
 
   def place_state(self, state: TrainState) -> TrainState:
-    """Places a state that every process holds whole."""
+    """Places a state that every process holds whole.
+
+    Args:
+      state: a whole TrainState, the same on every process (e.g. on the
+        host); it is left as it is.
+
+    Returns:
+      The state, placed as the steps take it.
+    """
 
   def place_batches(self, batches: Iterable[dict]) -> Iterator[dict]:
-    """This process's batches, placed for the steps (a few ahead)."""
+    """This process's batches, placed for the steps (a few ahead).
+
+    Args:
+      batches: this process's rows of each global batch, numpy dicts
+        (recipes/data/dataset.py).
+
+    Returns:
+      An iterator of the batches as the steps take them.
+    """
 
   def train_step(self, state, batch) -> tuple[Any, Any]:
-    """The shared train step: (new state, metrics)."""
+    """The shared train step: (new state, metrics).
+
+    Args:
+      state: the placed state; donated, so not to be used again.
+      batch: a batch from `place_batches`.
+
+    Returns:
+      (the new state, the step's TrainMetrics, still on the devices).
+    """
 
   def eval_step(self, state, batch) -> Any:
-    """The shared eval step: metrics."""
+    """The shared eval step: metrics.
+
+    Args:
+      state: the placed state; not donated.
+      batch: a batch from `place_batches`, with a `mask`.
+
+    Returns:
+      The batch's EvalMetrics, still on the devices.
+    """
 
   def to_host(self, tree) -> Any:
-    """Metrics or state as numpy, one copy."""
+    """Metrics or state as numpy, one copy.
+
+    Args:
+      tree: metrics or a state as the steps return them.
+
+    Returns:
+      The same tree of numpy arrays, whole on every process.
+    """
 
   def to_checkpoint(self, state) -> Any:
-    """The state as global arrays for `checkpoints.save`."""
+    """The state as global arrays for `checkpoints.save`.
+
+    Args:
+      state: the placed state.
+
+    Returns:
+      The state with one global array per leaf.
+    """
 
   def checkpoint_target(self, state) -> Any:
-    """Shapes and shardings to restore a checkpoint into."""
+    """Shapes and shardings to restore a checkpoint into.
+
+    Args:
+      state: the run's placed state (the pmap strategy reads its shapes).
+
+    Returns:
+      The state's tree of jax.ShapeDtypeStruct with shardings.
+    """
 
   def from_checkpoint(self, restored) -> Any:
-    """A restored state, placed for the steps."""
+    """A restored state, placed for the steps.
+
+    Args:
+      restored: the state as restored into `checkpoint_target`.
+
+    Returns:
+      The state, placed as the steps take it.
+    """
 
 
 STRATEGIES: dict[str, type[Strategy]] = {
@@ -100,6 +196,17 @@ STRATEGIES: dict[str, type[Strategy]] = {
 
 
 def get(name: str) -> type[Strategy]:
+  """The strategy class registered as `name`.
+
+  Args:
+    name: a key of STRATEGIES (config.strategy).
+
+  Returns:
+    The class.
+
+  Raises:
+    UserError: for an unknown name.
+  """
   try:
     return STRATEGIES[name]
   except KeyError:
@@ -118,6 +225,10 @@ def create(spec: StateSpec, settings: ParallelSettings,
 
   Returns:
     The strategy, ready to create or restore the state and run the steps.
+
+  Raises:
+    UserError: for an unknown strategy, or settings that do not fit the
+      devices or the model.
   """
   return get(settings.strategy).from_settings(spec, settings, devices)
 
@@ -125,5 +236,16 @@ def create(spec: StateSpec, settings: ParallelSettings,
 def batch_divisor(settings: ParallelSettings,
                   num_devices: int) -> tuple[int, str]:
   """What every global batch must be divisible by under `settings` on
-  `num_devices` devices, and what to call it in an error message."""
+  `num_devices` devices, and what to call it in an error message.
+
+  Args:
+    settings: which strategy, and its mesh.
+    num_devices: how many devices the run uses, over all processes.
+
+  Returns:
+    (the divisor, a plural noun for what it counts, e.g. 'devices').
+
+  Raises:
+    UserError: for an unknown strategy, or a mesh that does not fit.
+  """
   return get(settings.strategy).batch_divisor(settings, num_devices)
