@@ -24,7 +24,7 @@ from recipes import loop
 from recipes.config import command_line, validation
 from recipes.data import in_memory
 from recipes.parallel import distributed
-from recipes.runtime import errors, storage
+from recipes.runtime import errors, lease, storage
 from recipes.runtime.errors import UserError
 
 # pylint: enable=wrong-import-position
@@ -77,7 +77,10 @@ def run(config, workdir: str, use_distributed: bool = False):
                  jax.local_device_count(), jax.local_devices(),
                  jax.device_count())
     _prepare_workdir(workdir)
-    return loop.train_and_evaluate(config, workdir)
+    if config.mode == 'eval':  # Reads checkpoints, beside a training run.
+      return loop.train_and_evaluate(config, workdir)
+    with lease.held(workdir):  # One training run per workdir.
+      return loop.train_and_evaluate(config, workdir)
   except UserError as e:
     logging.debug('Details of the error below:', exc_info=True)
     sys.exit(f'error: {errors.shorten(str(e))}')
