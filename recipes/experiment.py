@@ -172,8 +172,11 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
   eval_batch_size = config.eval_batch_size or config.batch_size
   check_divisible('batch_size', config.batch_size, divisor, shards)
   check_divisible('eval_batch_size', eval_batch_size, divisor, shards)
-  check_divisible('each batch shard', config.batch_size // divisor,
-                  config.grad_accum_steps, 'micro-batches (grad_accum_steps)')
+  if config.grad_accum_steps > 1:  # Each shard splits into micro-batches.
+    check_divisible('batch_size', config.batch_size,
+                    divisor * config.grad_accum_steps,
+                    f'(= {divisor} {shards} x grad_accum_steps='
+                    f'{config.grad_accum_steps})')
 
   preprocessing = Preprocessing(
       config.augment, config.normalize, config.image_size,

@@ -201,3 +201,15 @@ def test_accumulation_with_float16_loss_scaling_is_refused():
                 half_precision_dtype='float16')
   with pytest.raises(UserError, match='grad_accum_steps > 1 does not work'):
     validation.check(config)
+
+
+def test_accumulation_that_does_not_divide_the_batch_names_batch_size(
+    data_dir, tmp_path):
+  # 8 devices x 3 micro-batches: 64 examples per step cannot be split so.
+  with pytest.raises(UserError) as error:
+    loop.train_and_evaluate(_config(data_dir, batch_size=64,
+                                    grad_accum_steps=3), str(tmp_path))
+  assert str(error.value) == (
+      'batch_size 64 is not divisible by the 24 (= 8 devices x '
+      'grad_accum_steps=3); use a multiple of 24, e.g. 48 or 72.')
+  assert not (tmp_path / 'checkpoints').exists()
