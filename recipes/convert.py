@@ -61,8 +61,9 @@ def main(argv: list[str]) -> int:
   logging.basicConfig(format='%(levelname)s: %(message)s')
   library_noise.keep_out(*logging.getLogger().handlers)
   try:
-    destination = str(storage.path(args.dst_dir))  # As init_from reads it.
-  except UserError as e:  # A mistyped URL.
+    # As init_from reads it.
+    destination = str(storage.checkpoint_path(args.dst_dir))
+  except UserError as e:  # A mistyped URL, a name orbax cannot write.
     return _fail(e)
   try:
     converted = convert.load(args.src_file, args.source, args.model,

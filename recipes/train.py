@@ -67,9 +67,10 @@ def run(config, workdir: str, use_distributed: bool = False):
   """
   try:
     validation.check(config)  # Before anything is loaded or written.
-    for location in (workdir, config.data_dir, config.init_from):
+    storage.checkpoint_path(workdir)  # Bad names are one line here.
+    for location in (config.data_dir, config.init_from):
       if location:
-        storage.path(location)  # A mistyped URL is one line here.
+        storage.path(location)
     in_memory.hide_accelerators_from_tensorflow()
     distributed.initialize(use_distributed)
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',

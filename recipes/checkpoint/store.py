@@ -45,6 +45,15 @@ class _Handler(ocp.StandardCheckpointHandler):
 
   def finalize(self, directory: epath.Path):
     super().finalize(directory)
+    # orbax merges each process's array database (ocdbt.process_N) into the
+    # item's own; where it did not (it skips the merge when it cannot find
+    # them, as under a path with '['), the checkpoint would read as empty:
+    # it is never checksummed nor committed.
+    parts = [p.name for p in directory.iterdir()
+             if p.name.startswith('ocdbt.process_')]
+    if parts and not (directory / 'manifest.ocdbt').exists():
+      raise OSError(f'the checkpoint is incomplete: orbax did not merge '
+                    f'{", ".join(sorted(parts))} into {directory}')
     checksums.write(directory)
 
 

@@ -81,3 +81,21 @@ def path(name: str | os.PathLike) -> epath.Path:
   if '://' not in name:
     name = os.path.abspath(os.path.expanduser(name))
   return epath.Path(name)
+
+
+def checkpoint_path(name: str | os.PathLike) -> epath.Path:
+  """`path(name)` for a directory that orbax checkpoints are written under
+  (a workdir, the destination of a conversion).
+
+  Raises:
+    UserError: for a name with '[' or ']', which orbax reads as a pattern
+      when it assembles a checkpoint: each would be written incomplete.
+  """
+  name = os.fspath(name)
+  if '[' in name or ']' in name:
+    suggestion = name.replace('[', '-').replace(']', '')
+    raise UserError(f"{name!r} has '[' or ']' in it, which the checkpoint "
+                    'library reads as a pattern: its checkpoints would be '
+                    'written incomplete. Choose a directory without them, '
+                    f'e.g. {suggestion!r}.')
+  return path(name)

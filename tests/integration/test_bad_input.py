@@ -231,3 +231,10 @@ def test_a_huge_value_is_cut_to_a_readable_line(tmp_path):
   assert '[... ' in line and ' characters left out ...]' in line
   # What to do, at the end of the message, is kept.
   assert line.endswith("as 'package.module:ClassName'.")
+
+
+def test_a_workdir_with_brackets_is_one_line_and_nothing_is_written(tmp_path):
+  workdir = tmp_path / 'sweep[3]'
+  line = _train(tmp_path, workdir=workdir)
+  assert line.startswith(f"error: '{workdir}' has '[' or ']' in it")
+  assert not workdir.exists()
