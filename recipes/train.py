@@ -85,6 +85,15 @@ def run(config, workdir: str, use_distributed: bool = False):
   except UserError as e:
     logging.debug('Details of the error below:', exc_info=True)
     sys.exit(f'error: {errors.shorten(str(e))}')
+  except Exception as e:  # pylint: disable=broad-except
+    cause = errors.root_cause(e)
+    if not storage.unreachable(cause):
+      raise
+    logging.debug('Details of the error below:', exc_info=True)
+    sys.exit(errors.shorten(
+        f'error: the storage of {workdir} could not be reached '
+        f'({errors.describe(cause)}). The checkpoints saved so far are kept; '
+        'once it answers again, run the same command to resume.'))
 
 
 def main(argv, mode: str | None = None):

@@ -93,7 +93,10 @@ def opened(workdir: str | os.PathLike, max_to_keep: int | None = 3):
     yield mngr
   except BaseException:
     try:
-      mngr.close()
+      # A save still writing to storage that does not answer would never
+      # finish: the process ends without waiting for it.
+      if not mngr.is_saving_in_progress():
+        mngr.close()
     except Exception:  # pylint: disable=broad-except
       logging.debug('Closing the checkpoint manager failed too.',
                     exc_info=True)
@@ -107,14 +110,22 @@ def opened(workdir: str | os.PathLike, max_to_keep: int | None = 3):
 
 def _save_failed(mngr: ocp.CheckpointManager, step: int | None,
                  error: Exception) -> UserError:
-  mngr.reload()  # What is on disk, without the failed save.
-  earlier = [s for s in mngr.all_steps() if step is None or s < step]
-  kept = (f'the last complete one is of step {max(earlier)}' if earlier else
-          'there is no complete one yet')
+  cause = root_cause(error)
+  try:
+    mngr.reload()  # What is on disk, without the failed save.
+    earlier = [s for s in mngr.all_steps() if step is None or s < step]
+    kept = (f'the last complete one is of step {max(earlier)}' if earlier
+            else 'there is no complete one yet')
+  except Exception:  # pylint: disable=broad-except
+    # The storage itself failed: it cannot say what it holds either.
+    kept = 'the ones saved before are kept'
+  advice = ('Once the storage answers again, run the same command to resume.'
+            if storage.unreachable(cause) else
+            'Make room or make the directory writable, then run the same '
+            'command again to resume.')
   return UserError(
       f'saving the checkpoint of step {step} in {mngr.directory} failed '
-      f'({describe(root_cause(error))}); {kept}. Make room or make the directory '
-      'writable, then run the same command again to resume.')
+      f'({describe(cause)}); {kept}. {advice}')
 
 
 def check_saved(mngr: ocp.CheckpointManager):

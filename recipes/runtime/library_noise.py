@@ -68,19 +68,21 @@ def _package_dirs(*names: str) -> tuple[str, ...]:
 
 class LibraryNoise(logging.Filter):
   """Drops JAX's, orbax's, optax's, fsspec's, gcsfs's and CLU platform's
-  log records below WARNING, and orbax's errors that carry a traceback."""
+  log records below WARNING, and the storage libraries' errors that carry a
+  traceback (orbax's failed saves, gcsfs's requests out of retries): the
+  recipe reports the failure itself, in one line."""
 
   def __init__(self):
     super().__init__()
     # fsspec and gcsfs log every file they open (buckets, emulators).
     self._sources = _package_dirs('jax', 'orbax', 'optax', 'fsspec', 'gcsfs',
                                   'clu.platform')
-    self._orbax = _package_dirs('orbax')
+    self._storage = _package_dirs('orbax', 'fsspec', 'gcsfs')
 
   def filter(self, record):
     if not record.pathname.startswith(self._sources):
       return True
-    if record.exc_info and record.pathname.startswith(self._orbax):
+    if record.exc_info and record.pathname.startswith(self._storage):
       return False
     return record.levelno >= logging.WARNING
 

@@ -83,6 +83,20 @@ def path(name: str | os.PathLike) -> epath.Path:
   return epath.Path(name)
 
 
+# Packages whose errors mean the storage service did not answer as it should.
+_CLIENT_PACKAGES = ('aiohttp', 'gcsfs', 'google', 'requests', 'urllib3',
+                    'fsspec')
+
+
+def unreachable(error: BaseException) -> bool:
+  """Whether `error` (a root cause) says the storage could not be reached:
+  a refused or dropped connection, a timeout, an HTTP client's error."""
+  return (isinstance(error, (ConnectionError, TimeoutError))
+          or type(error).__module__.split('.')[0] in _CLIENT_PACKAGES
+          or any(code in str(error) for code in ('UNAVAILABLE',
+                                                 'DEADLINE_EXCEEDED')))
+
+
 def checkpoint_path(name: str | os.PathLike) -> epath.Path:
   """`path(name)` for a directory that orbax checkpoints are written under
   (a workdir, the destination of a conversion).

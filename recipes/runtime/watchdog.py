@@ -22,6 +22,7 @@ and ignored by the next run.
 import faulthandler
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -71,14 +72,26 @@ class Watchdog:
 
   def _stop(self, idle: float):
     where = self._where
-    sys.stderr.write(f'No progress for {idle:.0f} s in {where}; the stack of '
-                     'every thread follows.\n')
-    sys.stderr.flush()
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    sys.stderr.write(
-        f'error: stalled in {where}: no progress for {idle:.0f} s '
-        f'(--config.stall_timeout_seconds={self.timeout_seconds:g}), so the '
-        'run was stopped; the stacks above show where each thread waited. '
-        'The checkpoints saved so far are kept.\n')
+    setting = f'--config.stall_timeout_seconds={self.timeout_seconds:g}'
+    if 'checkpoint' in where:
+      # Waiting on storage (an unreachable bucket, a hung disk): one line;
+      # the stacks, which show only orbax waiting, go to a file.
+      with tempfile.NamedTemporaryFile('w', prefix='stalled-', suffix='.txt',
+                                       delete=False) as stacks:
+        faulthandler.dump_traceback(file=stacks, all_threads=True)
+      sys.stderr.write(
+          f'error: stalled in {where}: no progress for {idle:.0f} s '
+          f'({setting}): the storage does not answer. The checkpoints saved '
+          'so far are kept; run the same command again to resume once it '
+          f'does (every thread\'s stack: {stacks.name}).\n')
+    else:
+      sys.stderr.write(f'No progress for {idle:.0f} s in {where}; the stack '
+                       'of every thread follows.\n')
+      sys.stderr.flush()
+      faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+      sys.stderr.write(
+          f'error: stalled in {where}: no progress for {idle:.0f} s '
+          f'({setting}), so the run was stopped; the stacks above show where '
+          'each thread waited. The checkpoints saved so far are kept.\n')
     sys.stderr.flush()
     os._exit(EXIT_STATUS)  # The main thread is blocked: no clean way out.

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -154,3 +155,42 @@ def test_a_pretrained_file_in_the_bucket_converts_into_the_bucket(emulator,
   # Nothing local.
   assert sorted(os.listdir(tmp_path)) == ['emulator.log',
                                          'resnet18.safetensors']
+
+
+@pytest.mark.slow
+def test_storage_that_goes_away_ends_the_run_in_one_line_in_bounded_time(
+    emulator, tmp_path):
+  """The bucket becomes unreachable mid-run (the server stops): the run ends
+  within the stall timeout and a little more, with one error line and no
+  traceback."""
+  data = tmp_path / 'data'
+  data.mkdir()
+  write_fashion_mnist(str(data), num_train=256, num_test=16)
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'recipes.train',
+       '--config=configs/fashion_mnist_pmap.py',
+       f'--workdir=gs://{BUCKET}/run', f'--config.data_dir={data}',
+       '--config.batch_size=16', '--config.num_train_steps=100000',
+       '--config.log_every_steps=10', '--config.checkpoint_every_steps=20',
+       '--config.stall_timeout_seconds=30'],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      env={**os.environ, 'STORAGE_EMULATOR_HOST': emulator.url,
+           'JAX_NUM_CPU_DEVICES': '2', 'PYTHONPATH': ROOT})
+  try:
+    deadline = time.monotonic() + 240
+    while not any(name.endswith('_CHECKPOINT_METADATA')
+                  for name in emulator.names('run/checkpoints/')):
+      assert process.poll() is None and time.monotonic() < deadline
+      time.sleep(0.5)
+    emulator.stop()
+    stopped = time.monotonic()
+    output, _ = process.communicate(timeout=300)
+  finally:
+    process.kill()
+  ended = time.monotonic() - stopped
+  print(f'ended {ended:.0f} s after the storage went away')
+  assert process.returncode != 0 and ended < 120
+  assert 'Traceback' not in output, output[-5000:]
+  last = output.strip().splitlines()[-1]
+  assert last.startswith('error: ') and 'storage' in last, last
+  assert 'run the same command' in last.lower(), last
