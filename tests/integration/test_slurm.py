@@ -264,3 +264,34 @@ def test_scancel_saves_exits_within_seconds_and_resumes_bitwise(
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(whole),
                   strict=True):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_suspended_job_is_not_a_stall(data_dir, tmp_path):
+  """`scontrol suspend` for three times the stall timeout, then `scontrol
+  resume`: the job trains on (the watchdog does not count the time
+  suspended) until it is cancelled."""
+  recipe = (f'--config.data_dir={data_dir}', *RECIPE,
+            '--config.eval_every_steps=100000',
+            '--config.num_train_steps=100000',
+            '--config.stall_timeout_seconds=10')
+  job = _submit(tmp_path, ['--nodes=1'], recipe,
+                WORKDIR=str(tmp_path / 'suspended'), JAX_NUM_CPU_DEVICES='2')
+  _wait_for_output(tmp_path, job, 'train/loss=')
+  suspended = subprocess.run(['scontrol', 'suspend', job], timeout=20,
+                             capture_output=True, text=True)
+  if suspended.returncode:
+    subprocess.run(['scancel', job], timeout=20, check=False)
+    pytest.skip(f'scontrol suspend does not work here: {suspended.stderr}')
+  time.sleep(30)
+  logged = _output(tmp_path, job).count('train/loss=')
+  subprocess.run(['scontrol', 'resume', job], timeout=20, check=True)
+  deadline = time.monotonic() + 60
+  while _output(tmp_path, job).count('train/loss=') <= logged:
+    assert _running(job) and time.monotonic() < deadline, (
+        _output(tmp_path, job)[-3000:])
+    time.sleep(0.3)
+  subprocess.run(['scancel', job], timeout=20, check=True)
+  state, = _wait(tmp_path, job)
+  output = _output(tmp_path, job)
+  assert 'stalled' not in output, output[-3000:]
+  assert (state['JobState'], state['ExitCode']) == ('CANCELLED', '0:15')
