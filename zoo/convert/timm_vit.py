@@ -42,15 +42,7 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
   """The zoo ViT `name` (default: the file's size) with the file's weights,
   its position embedding resized to `image_size` (default: the file's).
 
-  Args:
-    tensors: the checkpoint's tensors by name.
-    file: what to call the file in error messages.
-    name: a zoo ViT ('vit_b16') or timm's ViT name (its patch size wins
-      over the file's); None: the zoo ViT of the file's sizes.
-    num_classes: the model's classes; None: the file's. Another number
-      leaves the head to initialization.
-    image_size: the model's input side, in pixels, a multiple of the patch
-      size; None: the file's.
+  Args: as big_vision_vit.convert's, for a timm state dict.
 
   Returns:
     The Converted ViT; its kwargs fix num_classes, patch_size, image_size,
