@@ -8,7 +8,8 @@ layers below it (tests/unit/test_architecture.py):
   parallel/    strategies (pmap, shard_map, sharded), meshes, partition rules
   data/        datasets, preprocessing, the batches each process feeds
   core/        the shared step, train state, optimizers, metrics, mixing
-  runtime/     errors, storage, summaries, preemption, watchdog, dispatch
+  runtime/     errors, storage, lease, summaries, preemption, watchdog,
+               dispatch
 
 bench/ (python -m recipes.bench) times the layers above it from the outside.
 """

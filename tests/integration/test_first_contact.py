@@ -26,7 +26,7 @@ def _readme() -> str:
 
 def _quick_start_commands() -> list[str]:
   """The README's two set-up commands: the bash blocks of its Quick start."""
-  section = _readme().split('## Quick start', 1)[1].split('\n### ', 1)[0]
+  section = _readme().split('## Quick start', 1)[1].split('\n##', 1)[0]
   commands = re.findall(r'```bash\n(.*?)\n```', section, re.DOTALL)
   assert len(commands) == 2, commands
   return commands
