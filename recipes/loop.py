@@ -102,18 +102,17 @@ class TrainSummaries:
 _INTERRUPTED_EVALUATION = 'evaluation_interrupted'
 
 
-def _interrupted_evaluation(workdir, step: int | None = None) -> int | None:
-  """The step whose evaluation a stop interrupted, or None; with `step`,
-  records it (process 0)."""
-  path = storage.path(workdir) / _INTERRUPTED_EVALUATION
-  if step is not None:
-    if jax.process_index() == 0:
-      path.write_text(str(step))
-    return step
+def _interrupted_evaluation(workdir) -> int | None:
+  """The step whose evaluation a stop interrupted, or None."""
   try:
-    return int(path.read_text())
+    return int((storage.path(workdir) / _INTERRUPTED_EVALUATION).read_text())
   except (FileNotFoundError, ValueError):
     return None
+
+
+def _evaluation_interrupted(workdir, step: int):
+  if jax.process_index() == 0:
+    (storage.path(workdir) / _INTERRUPTED_EVALUATION).write_text(str(step))
 
 
 def _evaluation_done(workdir):
@@ -272,7 +271,7 @@ def _train(config, workdir, exp, mngr, watchdog):
         eval_summary = evaluate(step, state, stop.should_stop)
         stopping = eval_summary is None
         if stopping and save_every >= 0:  # Redone after the resume.
-          _interrupted_evaluation(workdir, step)
+          _evaluation_interrupted(workdir, step)
         train_summaries.restart_clock(step)
       if stopping or last or (save_every > 0 and step % save_every == 0):
         save(step, state)
