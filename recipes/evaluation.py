@@ -18,7 +18,14 @@ from recipes.runtime.watchdog import Watchdog
 
 
 def merge_all(metrics_list):
-  """One metrics collection from many (already on the host)."""
+  """One metrics collection from many (already on the host).
+
+  Args:
+    metrics_list: an iterable of metrics collections; at least one.
+
+  Returns:
+    Their merge, a metrics collection of the same type.
+  """
   return functools.reduce(lambda a, b: a.merge(b), metrics_list)
 
 
@@ -29,6 +36,17 @@ def evaluate(strategy, state, data, batch_size: int, at_batch=None,
 
   `at_batch(i, n)`, if given, is called before batch i of n (from 1); when
   it returns True the evaluation stops and returns None.
+
+  Args:
+    strategy: the run's strategy, whose `eval_step` runs each batch.
+    state: the TrainState to evaluate.
+    data: the run's data, with `eval_sizes` and `eval_batches`.
+    batch_size: the global eval batch size.
+    at_batch: optional `at_batch(i, n)` -> True to stop; see above.
+    split: the eval split's name; default: the first in `data.eval_sizes`.
+
+  Returns:
+    The merged metrics collection, on the host, or None if stopped.
   """
   split = split or next(iter(data.eval_sizes))
   count = in_memory.num_eval_steps(data.eval_sizes[split], batch_size)
@@ -55,7 +73,19 @@ def evaluate_and_write(exp: experiment.Experiment, state, writer, step: int,
                        watchdog: Watchdog, should_stop=lambda: False):
   """Evaluates `state` on every eval split (and its parameters' average),
   writes each under its prefix for `step` (eval/, eval_<name>/,
-  eval_ema/...); returns the eval/ summary, or None if stopped."""
+  eval_ema/...); returns the eval/ summary, or None if stopped.
+
+  Args:
+    exp: the run's Experiment (strategy, data, eval splits, batch size).
+    state: the TrainState to evaluate.
+    writer: the metric writer the summaries go to.
+    step: the step the summaries are written for.
+    watchdog: beaten before each eval batch.
+    should_stop: called before each eval batch; True stops the evaluation.
+
+  Returns:
+    The eval/ summary {metric name: value}, or None if stopped.
+  """
   results = {}
   for prefix, split in exp.eval_splits.items():
     for suffix, evaluated in _parameter_sets(state):
@@ -84,7 +114,18 @@ def evaluate_and_write(exp: experiment.Experiment, state, writer, step: int,
 
 def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
   """Evaluates the latest checkpoint in `workdir` and writes its eval/
-  summaries there, without training (`--config.mode=eval`)."""
+  summaries there, without training (`--config.mode=eval`).
+
+  Args:
+    config: the run's configuration (recipes/config).
+    workdir: the trained run's directory.
+
+  Returns:
+    The eval/ summary {metric name: value} of the latest checkpoint.
+
+  Raises:
+    UserError: there is no checkpoint in `workdir`, or it is unusable.
+  """
   exp = experiment.build(config)
   with checkpoint.opened(workdir, config.keep_checkpoints or None) as mngr:
     state, step = resume.restore_latest(mngr, exp.strategy,

@@ -24,7 +24,19 @@ from recipes.runtime.watchdog import Watchdog
 
 
 def train_steps(strategy, state, batches, first_step: int, last_step: int):
-  """Runs steps first_step..last_step; yields (step, state, metrics) after each."""
+  """Runs steps first_step..last_step; yields (step, state, metrics) after each.
+
+  Args:
+    strategy: the run's strategy, whose `train_step` runs each step.
+    state: the TrainState to train from.
+    batches: an iterator of placed training batches, one per step.
+    first_step: the number of the first step to run.
+    last_step: the number of the last step to run (inclusive).
+
+  Yields:
+    (step, state, metrics) after each step is dispatched; the metrics are
+    still on the devices.
+  """
   one_ahead = OneAhead()
   for step in range(first_step, last_step + 1):
     with jax.profiler.StepTraceAnnotation('train', step_num=step):
@@ -53,16 +65,36 @@ class TrainSummaries:
 
   def __init__(self, exp, writer, every: int, first_step: int,
                skipping: bool):
+    """Writes nothing yet; steps/s counts from `first_step`.
+
+    Args:
+      exp: the run's Experiment (its strategy and learning rate schedule).
+      writer: the metric writer the summaries go to.
+      every: write summaries every this many steps (and at the last).
+      first_step: the step training starts after.
+      skipping: whether the run skips non-finite updates rather than stops.
+    """
     self._exp, self._writer, self._every = exp, writer, every
     self._skipping = skipping
     self._unchecked, self._checked = [], []
     self.restart_clock(first_step)
 
   def add(self, step: int, metrics):
+    """Keeps a step's metrics, still on the devices, to check and write later.
+
+    Args:
+      step: the step the metrics are of.
+      metrics: the step's metrics collection, as the train step returned it.
+    """
     self._unchecked.append((step, metrics))
 
   def check(self):
-    """Fetches the metrics the devices finished; stops at a non-finite one."""
+    """Fetches the metrics the devices finished; stops at a non-finite one.
+
+    Raises:
+      UserError: a step's loss or gradient norm is not finite (unless the
+        run skips such updates).
+    """
     for step, metrics in self._unchecked:
       metrics = self._exp.strategy.to_host(metrics)
       if not self._skipping:
@@ -71,7 +103,11 @@ class TrainSummaries:
     self._unchecked = []
 
   def restart_clock(self, step: int):
-    """Steps/s counts from here: evaluation and saving are not training."""
+    """Steps/s counts from here: evaluation and saving are not training.
+
+    Args:
+      step: the step just finished, from which steps are counted.
+    """
     self._since = (step, time.monotonic())
 
   def __call__(self, step: int, last: bool):
@@ -188,6 +224,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   early, with a checkpoint, on SIGTERM or SIGINT (recipes/runtime/preemption.py),
   and then returns None. `config.mode=eval` only evaluates
   (recipes/evaluation.py).
+
+  Args:
+    config: the run's configuration (recipes/config).
+    workdir: the run's directory: checkpoints, summaries, config.json.
+
+  Returns:
+    The final eval/ summary {metric name: value}, or None when stopped
+    early.
+
+  Raises:
+    UserError: a mistake in the config or the workdir, a non-finite loss,
+      or a failed checkpoint save; the message says what to do.
   """
   validation.check(config)
   if config.mode == 'eval':

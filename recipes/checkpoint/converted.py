@@ -25,7 +25,19 @@ UNFINISHED = '.orbax-checkpoint-tmp'
 def save(converted: Converted, directory: str | os.PathLike,
          file: str) -> dict[str, Any]:
   """Writes `converted` (from `file`) to `directory`, which must be empty
-  or new; returns what model.json says."""
+  or new; returns what model.json says.
+
+  Args:
+    converted: the converted model's variables, name and arguments.
+    directory: where to write it: new, or empty (gs:// too).
+    file: the source weights file it was converted from.
+
+  Returns:
+    The record written to `directory`/model.json.
+
+  Raises:
+    ConversionError: `directory` is a file, or is not empty.
+  """
   path = storage.path(directory)  # gs:// too; local paths made absolute.
   existed = path.exists()
   if existed:

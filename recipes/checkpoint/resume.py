@@ -14,7 +14,20 @@ from recipes.runtime.errors import UserError
 
 
 def restore_latest(mngr, strategy, state):
-  """The state of the latest checkpoint and its step, or (state, 0)."""
+  """The state of the latest checkpoint and its step, or (state, 0).
+
+  Args:
+    mngr: the run's checkpoint manager.
+    strategy: the run's strategy, which places the restored arrays.
+    state: the freshly initialized state, returned when nothing is restored.
+
+  Returns:
+    (state, step): the restored state and its step, or (`state`, 0).
+
+  Raises:
+    UserError: no checkpoint is usable, or one does not fit this run (see
+      `store.restore_latest`).
+  """
   restored, _ = store.restore_latest(
       mngr, strategy.checkpoint_target(state))
   if restored is None:
@@ -28,7 +41,21 @@ def restore_latest(mngr, strategy, state):
 
 def init_from(path: str, strategy, state):
   """`state` with the parameters and batch statistics of another run's
-  checkpoint (or a converted one) where they fit."""
+  checkpoint (or a converted one) where they fit.
+
+  Args:
+    path: another run's workdir, its checkpoints directory, one step
+      directory, or a directory `python -m recipes.convert` wrote.
+    strategy: the run's strategy, which places the arrays.
+    state: the freshly initialized state to take the other arrays from.
+
+  Returns:
+    `state` with the loaded parameters and batch statistics (and its moving
+    average, if kept, restarted from them).
+
+  Raises:
+    UserError: no checkpoint at `path`, or none of its parameters fits.
+  """
   target = strategy.checkpoint_target(state)
   loaded, kept = load_params(
       path, {'params': target.params, 'batch_stats': target.batch_stats})
@@ -80,6 +107,20 @@ def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
   and the names of the others, which the caller keeps as initialized --
   typically a new classifier head). Batch statistics come across where the
   checkpoint has them (a run's, or one written by `python -m recipes.convert`).
+
+  Args:
+    path: another run's workdir, its checkpoints directory, one step
+      directory, or a directory `python -m recipes.convert` wrote.
+    target: this run's {'params': ..., 'batch_stats': ...} of
+      `jax.ShapeDtypeStruct`s with shardings.
+
+  Returns:
+    (loaded, kept): the loaded arrays by flat name, and the sorted names of
+    the ones not found there with the same shape.
+
+  Raises:
+    UserError: no checkpoint at `path`, its metadata cannot be read, or no
+      parameter there has the same name and shape.
   """
   directory = _step_directory(path)
   handler = ocp.PyTreeCheckpointHandler()

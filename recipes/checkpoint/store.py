@@ -72,7 +72,15 @@ class _Restore(ocp.args.StandardRestore):
 def manager(workdir: str | os.PathLike,
             max_to_keep: int | None = 3) -> ocp.CheckpointManager:
   """Manages the numbered checkpoints in `workdir`/checkpoints, keeping the
-  newest `max_to_keep` (None: all)."""
+  newest `max_to_keep` (None: all).
+
+  Args:
+    workdir: the run's directory (local, or a bucket's gs:// path).
+    max_to_keep: how many of the newest checkpoints to keep; None: all.
+
+  Returns:
+    An orbax CheckpointManager for `workdir`/checkpoints.
+  """
   return ocp.CheckpointManager(
       storage.path(workdir) / 'checkpoints',
       item_handlers=_Handler(),
@@ -87,6 +95,16 @@ def opened(workdir: str | os.PathLike, max_to_keep: int | None = 3):
   A save that failed then is a UserError. When the run is already ending
   with an error, that error is the one reported: the manager is closed
   without raising another.
+
+  Args:
+    workdir: the run's directory (local, or a bucket's gs:// path).
+    max_to_keep: how many of the newest checkpoints to keep; None: all.
+
+  Yields:
+    The CheckpointManager, closed (its last save waited for) on exit.
+
+  Raises:
+    UserError: the last save failed (and the run was not already failing).
   """
   mngr = manager(workdir, max_to_keep)
   try:
@@ -129,7 +147,17 @@ def _save_failed(mngr: ocp.CheckpointManager, step: int | None,
 
 
 def check_saved(mngr: ocp.CheckpointManager):
-  """A UserError if the last save, once finished, has failed; quick."""
+  """A UserError if the last save, once finished, has failed; quick.
+
+  Args:
+    mngr: the run's checkpoint manager.
+
+  Returns:
+    None; at once too while the last save is still writing.
+
+  Raises:
+    UserError: the last save has finished and failed.
+  """
   if mngr.is_saving_in_progress():
     return
   step = mngr.latest_step()  # Still listed if its save failed.
@@ -145,6 +173,17 @@ def save(mngr: ocp.CheckpointManager, step: int, state: TrainState):
   The devices' copy may change as soon as this returns. The previous save,
   if still writing, is waited for first. A UserError if it or this one
   failed.
+
+  Args:
+    mngr: the run's checkpoint manager.
+    step: the step number the checkpoint is saved as.
+    state: the TrainState to save, of global arrays.
+
+  Returns:
+    None, once the arrays are copied off the devices.
+
+  Raises:
+    UserError: the previous save failed, or this one could not start.
   """
   previous = mngr.latest_step()
   try:
@@ -162,6 +201,15 @@ def restore(mngr: ocp.CheckpointManager, target: TrainState,
   """Checkpoint `step` (default: the latest) placed as `target` says.
 
   Returns None when there is no checkpoint.
+
+  Args:
+    mngr: the run's checkpoint manager.
+    target: a TrainState of `jax.ShapeDtypeStruct`s with the shardings to
+      place each array with.
+    step: the checkpoint to read; default: the latest.
+
+  Returns:
+    The restored TrainState, or None when there is no checkpoint.
   """
   step = mngr.latest_step() if step is None else step
   if step is None:
@@ -170,7 +218,14 @@ def restore(mngr: ocp.CheckpointManager, target: TrainState,
 
 
 def array_shapes(tree) -> dict[str, tuple[int, ...]]:
-  """{'params/Conv_0/kernel': shape, ...} for a state or its saved metadata."""
+  """{'params/Conv_0/kernel': shape, ...} for a state or its saved metadata.
+
+  Args:
+    tree: a state, or a checkpoint's metadata tree, of leaves with `shape`.
+
+  Returns:
+    A dict from each leaf's '/'-joined path to its shape.
+  """
 
   def name(key):
     for field in ('key', 'name', 'idx'):
@@ -257,6 +312,19 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
     start afresh. It never quietly starts again from step 1.
   - A complete, readable checkpoint of other shapes (another model, size or
     optimizer) is a UserError, and nothing is touched.
+
+  Args:
+    mngr: the run's checkpoint manager.
+    target: a TrainState of `jax.ShapeDtypeStruct`s with the shardings to
+      place each array with (e.g. `ShardedStrategy.abstract_state`).
+
+  Returns:
+    (state, step) of the newest usable checkpoint, or (None, 0) when there
+    is none.
+
+  Raises:
+    UserError: every checkpoint is damaged, or the newest readable one does
+      not fit `target`'s shapes.
   """
   wanted = array_shapes(target)
   # In a bucket the directory exists only once it holds a checkpoint.

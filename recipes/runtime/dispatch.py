@@ -21,6 +21,15 @@ class OneAhead:
     self._previous = None
 
   def __call__(self, output):
+    """Waits for the previous computation; keeps `output` for the next call.
+
+    Args:
+      output: the output (any pytree of arrays) of the computation just
+        dispatched.
+
+    Returns:
+      `output`, unchanged (it may still be computing).
+    """
     if self._previous is not None:
       jax.block_until_ready(self._previous)
     self._previous = output

@@ -11,6 +11,18 @@ class UserError(Exception):
 
 def check_divisible(name: str, batch_size: int, num_devices: int,
                     devices: str = 'devices'):
+  """Checks that a batch size splits evenly across the devices.
+
+  Args:
+    name: what the batch size is called in the message, e.g. a flag.
+    batch_size: the batch size to check.
+    num_devices: how many parts it must split into.
+    devices: what the parts are called in the message.
+
+  Raises:
+    UserError: `batch_size` is not a positive multiple of `num_devices`;
+      the message suggests the nearest ones.
+  """
   if batch_size <= 0:
     raise UserError(f'{name} is {batch_size}; it must be a positive multiple '
                     f'of the {num_devices} {devices}, e.g. {num_devices}.')
@@ -48,7 +60,14 @@ def shorten(line: str, limit: int = MAX_LINE) -> str:
 
 def root_cause(error: BaseException) -> BaseException:
   """The innermost error of a chain, e.g. the storage error that orbax
-  wrapped in its own."""
+  wrapped in its own.
+
+  Args:
+    error: an exception, possibly raised `from` another.
+
+  Returns:
+    The last exception along the `__cause__` chain (`error` if none).
+  """
   while error.__cause__ is not None:
     error = error.__cause__
   return error
@@ -56,7 +75,15 @@ def root_cause(error: BaseException) -> BaseException:
 
 def describe(error: BaseException) -> str:
   """The error in one line; of a long message the end, where storage
-  errors name their cause (e.g. 'No space left on device')."""
+  errors name their cause (e.g. 'No space left on device').
+
+  Args:
+    error: the exception to describe.
+
+  Returns:
+    'TypeName: message', whitespace collapsed; a message over 240
+    characters is cut to '...' and its last 200.
+  """
   text = ' '.join(str(error).split())
   if len(text) > 240:
     text = '...' + text[-200:]

@@ -59,7 +59,12 @@ class StopRequest:
                     self.received)
 
   def should_stop(self) -> bool:
-    """True at the boundary where every process stops; call at each one."""
+    """True at the boundary where every process stops; call at each one.
+
+    Returns:
+      Whether to stop here: a stop signal came (to any process, when there
+      are several) and every process stops at this boundary.
+    """
     self._boundary += 1
     if self._multi_process:
       # Boundaries are counted alike on every process (same steps, same eval

@@ -39,13 +39,27 @@ _file_numbers = itertools.count()
 
 
 def directory(workdir: str | os.PathLike) -> epath.Path:
-  """Where the event files of the run in `workdir` are."""
+  """Where the event files of the run in `workdir` are.
+
+  Args:
+    workdir: the run's directory (local, or a bucket's gs:// path).
+
+  Returns:
+    The path `workdir`/summaries.
+  """
   return storage.path(workdir) / DIRECTORY
 
 
 def create_writer(workdir: str | os.PathLike) -> metric_writers.MetricWriter:
   """Process 0: log lines and event files, written in the background; other
-  processes: a writer that writes nothing."""
+  processes: a writer that writes nothing.
+
+  Args:
+    workdir: the run's directory (local, or a bucket's gs:// path).
+
+  Returns:
+    The metric writer for this process.
+  """
   if jax.process_index() > 0:
     return metric_writers.MultiWriter([])
   return metric_writers.AsyncMultiWriter([
@@ -53,7 +67,16 @@ def create_writer(workdir: str | os.PathLike) -> metric_writers.MetricWriter:
 
 
 def hparams(config: ml_collections.ConfigDict, prefix: str = '') -> dict:
-  """Config fields as TensorBoard hparams: dotted names, scalar values."""
+  """Config fields as TensorBoard hparams: dotted names, scalar values.
+
+  Args:
+    config: the run's configuration; nested ConfigDicts are flattened.
+    prefix: put before every name (used for the nested ones).
+
+  Returns:
+    A flat {dotted name: bool, int, float or str} dict; other values as
+    their str.
+  """
   flat = {}
   for key, value in config.items():
     if isinstance(value, ml_collections.ConfigDict):
@@ -72,18 +95,35 @@ class EventFileWriter(metric_writers.MetricWriter):
   """
 
   def __init__(self, directory: epath.Path, flush_secs: float = 120.0):
+    """Writes nothing until the first flush.
+
+    Args:
+      directory: where the event files go; made at the first flush.
+      flush_secs: write a file at the first event this long after the last.
+    """
     self._directory = directory
     self._flush_secs = flush_secs
     self._events: list[event_pb2.Event] = []
     self._last_flush = time.monotonic()
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    """Adds one event of scalar summaries.
+
+    Args:
+      step: the step the values are of.
+      scalars: {tag: number}, e.g. {'train/loss': 0.3}.
+    """
     summary = summary_pb2.Summary()
     for tag, value in scalars.items():
       summary.MergeFrom(scalar_summary.scalar_pb(tag, value))
     self._add(event_pb2.Event(step=step, summary=summary))
 
   def write_hparams(self, hparams):  # pylint: disable=redefined-outer-name
+    """Adds the run's hyperparameters, for TensorBoard's hparams dashboard.
+
+    Args:
+      hparams: {name: scalar value}, e.g. from `hparams(config)`.
+    """
     self._add(event_pb2.Event(summary=hparams_summary.hparams_pb(hparams)))
 
   def _add(self, event: event_pb2.Event):
@@ -93,6 +133,11 @@ class EventFileWriter(metric_writers.MetricWriter):
       self.flush()
 
   def flush(self):
+    """Writes the events kept since the last flush as one new event file.
+
+    Returns:
+      None; writes nothing when there are no new events.
+    """
     self._last_flush = time.monotonic()
     if not self._events:
       return
@@ -110,6 +155,11 @@ class EventFileWriter(metric_writers.MetricWriter):
         records.write(event.SerializeToString())
 
   def close(self):
+    """Writes what is left (see `flush`).
+
+    Returns:
+      None.
+    """
     self.flush()
 
   def _unsupported(self, *args, **kwargs):

@@ -41,7 +41,11 @@ class Watchdog:
 
   def beat(self, where: str):
     """Progress was made; `where` says what the run is doing now, e.g.
-    'training step 31 of 468'."""
+    'training step 31 of 468'.
+
+    Args:
+      where: what the run is doing now, named in the message of a stall.
+    """
     self._where, self._last = where, time.monotonic()
 
   def __enter__(self):
