@@ -17,7 +17,7 @@ import ml_collections
 from absl import flags, logging
 from ml_collections import config_flags
 
-from recipes.config import defaults
+from recipes.config import defaults, fields
 from recipes.config.fields import SECTIONS
 from recipes.runtime import errors
 from recipes.runtime.errors import UserError
@@ -150,9 +150,7 @@ def _wrong_type(config, error: flags.IllegalFlagValueError) -> str | None:
   if not match or match[1] not in _field_names(config):
     return None
   field, value = match.groups()
-  current = config
-  for key in field.split('.'):
-    current = current[key]
+  current = fields.value(config, field)
   if isinstance(current, ml_collections.ConfigDict):
     current = current.to_dict()
   kind = {bool: 'true or false', int: 'an int', float: 'a float'}.get(
@@ -224,7 +222,8 @@ def _help(argv, doc: str) -> str:
   for section, section_fields in SECTIONS.items():
     lines += ['', f'{section}:']
     for field in section_fields:
-      lines += _field_help(field.name, _value(config, field.name), field.help)
+      lines += _field_help(field.name, fields.value(config, field.name),
+                           field.help)
       shown.add(field.name)
   others = [(name, value) for name, value in _fields(config)
             if name not in shown and not any(
@@ -239,12 +238,6 @@ def _help(argv, doc: str) -> str:
     lines += [flags.FLAGS.module_help(module) for module in ('absl.logging',
                                                              'absl.app')]
   return '\n'.join(lines)
-
-
-def _value(config, name: str):
-  for key in name.split('.'):
-    config = config[key]
-  return config
 
 
 def _field_help(name: str, value, text: str) -> list[str]:

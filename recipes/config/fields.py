@@ -243,6 +243,17 @@ FIELDS: dict[str, Field] = {field.name: field
                             for field in fields}
 
 
+def value(config: ml_collections.ConfigDict, name: str) -> Any:
+  """The value of field `name` ('batch_size', 'mesh.data') in `config`.
+
+  Raises:
+    KeyError, AttributeError: when the config has no such field.
+  """
+  for key in name.split('.'):
+    config = config[key]
+  return config
+
+
 def markdown_table() -> str:
   """The fields as the Markdown table of docs/config.md, by section."""
   lines = []

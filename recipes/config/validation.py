@@ -10,6 +10,7 @@ where those are known, also before training starts.
 
 import ml_collections
 
+from recipes.config import fields
 from recipes.config.fields import FIELDS
 from recipes.runtime.errors import UserError
 
@@ -19,12 +20,6 @@ RULES = {name: field.rule for name, field in FIELDS.items() if field.rule}
 # the model.
 CHECKED_ELSEWHERE = tuple(name for name, field in FIELDS.items()
                           if not field.rule)
-
-
-def _value(config, name: str):
-  for key in name.split('.'):
-    config = config[key]
-  return config
 
 
 def check(config: ml_collections.ConfigDict):
@@ -43,7 +38,7 @@ def check(config: ml_collections.ConfigDict):
                     'recipes/config/defaults.py get_config() and return it.')
   for name, rule in RULES.items():
     try:
-      value = _value(config, name)
+      value = fields.value(config, name)
     except (KeyError, AttributeError):
       raise UserError(f'the config has no field {name}: make get_config() '
                       'start from recipes/config/defaults.py get_config().') from None
