@@ -1,9 +1,10 @@
 """`train_and_evaluate`: the training loop shared by every strategy.
 
 Builds the run from the config (recipes/experiment.py), starts from the
-workdir's latest checkpoint or `init_from` (recipes/checkpoint/resume.py), then runs the
-shared train step with periodic actions: write train summaries, evaluate,
-save a checkpoint, and stop on request (SIGTERM or SIGINT) or at the end.
+workdir's latest checkpoint or `init_from` (recipes/checkpoint/resume.py),
+then runs the shared train step with periodic actions: write train
+summaries, evaluate, save a checkpoint, and stop on request (SIGTERM or
+SIGINT) or at the end.
 """
 
 import time
@@ -221,9 +222,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   """Trains `config.model` on `config.dataset`; returns the final eval metrics.
 
   Resumes from the latest checkpoint in `workdir` if there is one. Stops
-  early, with a checkpoint, on SIGTERM or SIGINT (recipes/runtime/preemption.py),
-  and then returns None. `config.mode=eval` only evaluates
-  (recipes/evaluation.py).
+  early, with a checkpoint, on SIGTERM or SIGINT
+  (recipes/runtime/preemption.py), and then returns None. `config.mode=eval`
+  only evaluates (recipes/evaluation.py).
 
   Args:
     config: the run's configuration (recipes/config).

@@ -1,10 +1,11 @@
 """A converted model as a checkpoint that `--config.init_from=DIR` reads.
 
-The layout is that of the recipes' own checkpoints (recipes/checkpoint/store.py):
-orbax's CheckpointManager in DIR with one step, `DIR/0/default`, a PyTree
-{'params': ..., 'batch_stats': ...} (batch statistics only for models that
-have them). Next to it, `DIR/model.json` records the zoo model, the
-`zoo.create` arguments the weights need, the source and the file.
+The layout is that of the recipes' own checkpoints
+(recipes/checkpoint/store.py): orbax's CheckpointManager in DIR with one
+step, `DIR/0/default`, a PyTree {'params': ..., 'batch_stats': ...} (batch
+statistics only for models that have them). Next to it, `DIR/model.json`
+records the zoo model, the `zoo.create` arguments the weights need, the
+source and the file.
 """
 
 import contextlib

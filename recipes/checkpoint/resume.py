@@ -93,8 +93,8 @@ def _step_directory(name: str) -> epath.Path:
         return directory / str(max(steps))
   raise UserError(f'no checkpoint found at --config.init_from={name!r}; give '
                   'a run\'s workdir, its checkpoints directory, one step '
-                  'directory in it, or a directory that python -m recipes.convert '
-                  'wrote.')
+                  'directory in it, or a directory that python -m '
+                  'recipes.convert wrote.')
 
 
 def load_params(path: str, target: dict) -> tuple[dict, list[str]]:

@@ -10,7 +10,8 @@ Saving is asynchronous: `save` returns once the arrays are copied off the
 devices and orbax writes them in the background (a checkpoint appears under
 its step number only when complete). `manager(...).close()` waits for it.
 Once the files are written, still in the background, their checksums are
-written next to them (recipes/checkpoint/checksums.py) and checked before a restore.
+written next to them (recipes/checkpoint/checksums.py) and checked before a
+restore.
 A save that fails is a UserError at the next `check_saved` or `save`.
 
 Every process calls these functions; orbax writes each array's shards from

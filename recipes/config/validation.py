@@ -41,7 +41,8 @@ def check(config: ml_collections.ConfigDict):
       value = fields.value(config, name)
     except (KeyError, AttributeError):
       raise UserError(f'the config has no field {name}: make get_config() '
-                      'start from recipes/config/defaults.py get_config().') from None
+                      'start from recipes/config/defaults.py '
+                      'get_config().') from None
     if not rule.allows(value):
       if isinstance(value, ml_collections.ConfigDict):  # Its repr is YAML.
         value = value.to_dict()

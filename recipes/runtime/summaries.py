@@ -7,8 +7,9 @@ The events are in a subdirectory, not WORKDIR itself, so that
 `tensorboard --logdir=WORKDIR` names the run `summaries`: for a run named `.`
 TensorBoard's hparams dashboard finds no metric values.
 
-The event files are written through `recipes.runtime.storage` like every other file,
-so they land wherever the workdir is (a local disk, a bucket, an emulator).
+The event files are written through `recipes.runtime.storage` like every
+other file, so they land wherever the workdir is (a local disk, a bucket, an
+emulator).
 Cloud Storage objects cannot be appended to and appear only once complete,
 so each flush writes the events since the last one as a new, complete event
 file; TensorBoard reads all of a run's files in the order of their names.
