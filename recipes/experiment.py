@@ -20,7 +20,6 @@ from recipes.core.train_state import UpdateRules
 from recipes.data import datasets, in_memory
 from recipes.data.dataset import Dataset
 from recipes.data.preprocess import Preprocessing
-from recipes.parallel import partition_rules
 from recipes.parallel import strategy as strategies
 from recipes.parallel.strategy import ParallelSettings
 from recipes.runtime.errors import UserError, check_divisible
@@ -120,12 +119,9 @@ def parallel_settings(config: ml_collections.ConfigDict) -> ParallelSettings:
   Raises:
     UserError: for a malformed logical rule.
   """
-  return ParallelSettings(
-      strategy=config.strategy, mesh=dict(config.mesh),
-      rules=partition_rules.logical_rules(
-          config.partition_rules,
-          partition_rules.default_rules(config.model)),
-      path_rules=tuple(config.path_rules))
+  return ParallelSettings.for_model(config.model, config.strategy,
+                                   config.mesh, config.partition_rules,
+                                   config.path_rules)
 
 
 def eval_splits(config: ml_collections.ConfigDict) -> dict[str, str]:

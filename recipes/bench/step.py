@@ -43,7 +43,6 @@ import optax
 
 import zoo
 from recipes.core import state_spec, steps
-from recipes.parallel import partition_rules
 from recipes.parallel import strategy as strategies
 from recipes.runtime.dispatch import OneAhead
 from recipes.runtime.errors import UserError, check_divisible
@@ -290,10 +289,8 @@ def _prepare(args, model, tx, shape, devices, batch) -> Timed:
       state = spec.create_state(rng)
     return Timed(bare_train_step(), state,
                  jax.device_put(batch, devices[0]), jax.device_get, 1)
-  settings = strategies.ParallelSettings(
-      strategy=args.strategy, mesh=_mesh_sizes(args.mesh),
-      rules=partition_rules.logical_rules(
-          (), partition_rules.default_rules(args.model)))
+  settings = strategies.ParallelSettings.for_model(
+      args.model, args.strategy, _mesh_sizes(args.mesh))
   divisor, shards = strategies.batch_divisor(settings, len(devices))
   check_divisible('batch_size', args.batch_size, divisor, shards)
   strategy = strategies.create(spec, settings, devices)

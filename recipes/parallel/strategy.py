@@ -19,6 +19,7 @@ import jax
 
 from recipes.core.state_spec import StateSpec
 from recipes.core.train_state import TrainState
+from recipes.parallel import partition_rules
 from recipes.parallel.pmap import PmapStrategy
 from recipes.parallel.shard_map import ShardMapStrategy
 from recipes.parallel.sharded import ShardedStrategy
@@ -43,6 +44,31 @@ class ParallelSettings:
       default_factory=lambda: dict(data=-1, fsdp=1, tensor=1))
   rules: tuple = ()
   path_rules: tuple = ()
+
+  @classmethod
+  def for_model(cls, model: str, strategy: str, mesh: Mapping[str, int],
+                rules: Iterable = (),
+                path_rules: Iterable = ()) -> 'ParallelSettings':
+    """The settings for zoo model `model`, its logical rules resolved.
+
+    Args:
+      model: a zoo model name (or 'package.module:ClassName'), whose
+        family gives the default logical rules.
+      strategy: a name from STRATEGIES.
+      mesh: the axis sizes {'data', 'fsdp', 'tensor'}.
+      rules: the user's logical rules; () = the family's defaults.
+      path_rules: regex rules on parameter paths.
+
+    Returns:
+      The settings, the logical rules checked.
+
+    Raises:
+      UserError: for a malformed logical rule.
+    """
+    return cls(strategy=strategy, mesh=dict(mesh),
+               rules=partition_rules.logical_rules(
+                   rules, partition_rules.default_rules(model)),
+               path_rules=tuple(path_rules))
 
 
 class Strategy(Protocol):
