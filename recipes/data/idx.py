@@ -11,16 +11,16 @@ here as in TFDS.
 
 import gzip
 import os
-import types
 from typing import Sequence
 
 import numpy as np
-import tensorflow_datasets as tfds
 
+from recipes.data import splits as splits_lib
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
 FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+_WHERE = 'an IDX dataset'
 _SPLIT_PREFIX = {'train': 'train', 'test': 't10k'}
 # IDX type codes (third byte of the magic number) and their big-endian dtypes.
 _DTYPES = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4',
@@ -91,47 +91,22 @@ def load_splits(data_dir: str | None, splits: Sequence[str]
   Raises:
     UserError: for a bad split string, or missing or broken files.
   """
-  instructions = [_instruction(split) for split in splits]
   # The files the splits read, found by resolving them against huge splits.
   any_size = dict.fromkeys(_SPLIT_PREFIX, 2**40)
   files = {}
-  for split, instruction in zip(splits, instructions):
-    for part in _absolute(split, instruction, any_size):
-      name = str(part.splitname)
+  for split in splits:
+    for name, _, _ in splits_lib.resolve(split, any_size, _WHERE):
       if name not in files:
         files[name] = _load_files(data_dir, name)
   sizes = {name: len(arrays['label']) for name, arrays in files.items()}
   loaded = []
-  for split, instruction in zip(splits, instructions):
-    parts = _absolute(split, instruction, sizes)
+  for split in splits:
+    parts = splits_lib.resolve(split, sizes, _WHERE)
     loaded.append({
-        k: np.concatenate([files[str(p.splitname)][k][p.from_:p.to]
-                           for p in parts]) for k in ('image', 'label')})
+        k: np.concatenate([files[name][k][start:stop]
+                           for name, start, stop in parts])
+        for k in ('image', 'label')})
   return loaded
-
-
-def _instruction(split: str):
-  try:
-    return tfds.core.ReadInstruction.from_spec(split)
-  except (ValueError, NotImplementedError) as e:
-    raise _bad_split(split, e) from None
-
-
-def _absolute(split: str, instruction, sizes: dict[str, int]):
-  """The (split name, from, to) parts `instruction` reads from splits of
-  these sizes."""
-  infos = {name: types.SimpleNamespace(num_examples=n, shard_lengths=[n])
-           for name, n in sizes.items()}
-  try:
-    return instruction.to_absolute(infos)
-  except (ValueError, NotImplementedError) as e:
-    raise _bad_split(split, e) from None
-
-
-def _bad_split(split: str, error: Exception) -> UserError:
-  return UserError(f'bad split {split!r} for an IDX dataset (splits '
-                   f'{", ".join(_SPLIT_PREFIX)}): '
-                   f'{" ".join(str(error).split())}')
 
 
 def _load_files(data_dir: str | None, split: str) -> dict[str, np.ndarray]:

@@ -80,6 +80,24 @@ def as_numpy(ds: tf.data.Dataset) -> Iterator[Batch]:
       tf.data.AUTOTUNE).as_numpy_iterator()
 
 
+def epoch_order(n: int, seed, epoch):
+  """The order in which epoch `epoch` visits examples 0..n-1: a
+  permutation that depends on (seed, epoch) only, so any step's batch can be
+  recomputed without history (argsort of stateless uniforms).
+
+  Args:
+    n: the examples in the split.
+    seed: the run's seed, an int64 scalar (tensor).
+    epoch: the epoch, an int64 scalar (tensor).
+
+  Returns:
+    int32 [n], the examples' indices in visiting order.
+  """
+  noise = tf.random.stateless_uniform(
+      [n], seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)]))
+  return tf.argsort(noise, stable=True)
+
+
 def train_batches(split: Batch, *, batch_size: int, seed: int,
                   start_step: int, num_steps: int,
                   preprocessing: Preprocessing = Preprocessing()
@@ -105,10 +123,7 @@ def train_batches(split: Batch, *, batch_size: int, seed: int,
   seed = tf.constant(seed, tf.int64)
 
   def epoch_indices(epoch):
-    # argsort of stateless uniforms: a permutation that depends on (seed,
-    # epoch) only, so any step's batch can be recomputed without history.
-    noise = tf.random.stateless_uniform([n], seed=tf.stack([seed, epoch]))
-    order = tf.argsort(noise, stable=True)[:per_epoch * batch_size]
+    order = epoch_order(n, seed, epoch)[:per_epoch * batch_size]
     order = tf.reshape(order, [per_epoch, batch_size])[:, start:stop]
     return tf.data.Dataset.from_tensor_slices(order)
 
@@ -174,6 +189,7 @@ class InMemoryDataset:
   evals: dict[str, Batch]
   num_classes: int
   preprocessing: Preprocessing = Preprocessing()
+  class_names: tuple[str, ...] = ()  # Label i's name, if the source has them.
 
   def __post_init__(self):
     if not self.evals:
