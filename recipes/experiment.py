@@ -181,7 +181,11 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
   splits = eval_splits(config)
   data = datasets.load(config.dataset, config.data_dir or None,
                        config.train_split, list(splits.values()),
-                       preprocessing, config.data_source)
+                       preprocessing, config.data_source,
+                       datasets.EncodedOptions(
+                           config.image_channels, config.skip_bad_images,
+                           config.image_column, config.label_column,
+                           config.data_threads))
   per_epoch = in_memory.steps_per_epoch(data.num_train, config.batch_size)
   if per_epoch == 0:
     raise UserError(f'batch_size {config.batch_size} is larger than the '

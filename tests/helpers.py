@@ -98,6 +98,36 @@ def write_fashion_mnist(data_dir: str, num_train: int, num_test: int,
   return arrays
 
 
+FASHION_MNIST_CLASSES = ('T-shirt_top', 'Trouser', 'Pullover', 'Dress', 'Coat',
+                         'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle_boot')
+
+
+def write_png_folder(folder: str, splits: dict, class_names=None) -> str:
+  """Writes {split: (images uint8 [N, H, W(, C)], labels [N])} as
+  FOLDER/SPLIT/CLASS/NNNNN.png, the class of label i named
+  '{i}_{class_names[i]}' so that the sorted names keep the label order.
+  Returns the folder."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  for split, (images, labels) in splits.items():
+    for i, (image, label) in enumerate(zip(images, labels)):
+      name = f'{label}_{class_names[label]}' if class_names else f'{label}'
+      os.makedirs(os.path.join(folder, split, name), exist_ok=True)
+      Image.fromarray(np.squeeze(image, -1) if image.ndim == 3
+                      and image.shape[-1] == 1 else image).save(
+                          os.path.join(folder, split, name, f'{i:05d}.png'))
+  return folder
+
+
+def write_fashion_mnist_folder(idx_dir: str, folder: str) -> str:
+  """The IDX files of `idx_dir` (Fashion-MNIST's layout) as a PNG folder
+  with splits train and test; returns the folder."""
+  from recipes.data import idx  # pylint: disable=g-import-not-at-top
+  train, test = idx.load_splits(idx_dir, ['train', 'test'])
+  return write_png_folder(
+      folder, {'train': (train['image'], train['label']),
+               'test': (test['image'], test['label'])}, FASHION_MNIST_CLASSES)
+
+
 def saved_params(workdir, step=None, item='params'):
   """(step, parameters as numpy) of a checkpoint in `workdir` (default: the
   latest), whatever mesh or number of processes wrote it; `item` names

@@ -14,10 +14,10 @@ from typing import Any
 import ml_collections
 
 from recipes.config.rules import (BOOLEAN, EVAL_SPLITS, FRACTION, MESH_SIZE,
-                                  PROBABILITY, Rule, choice, integer, number,
-                                  text)
+                                  PROBABILITY, Rule, choice, int_choice,
+                                  integer, number, text)
 from recipes.core import optimizers
-from recipes.data import datasets, preprocess
+from recipes.data import datasets, image_codec, preprocess
 from recipes.parallel.strategy import STRATEGIES
 
 MODES = ('train', 'eval')
@@ -86,8 +86,10 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
     ),
     'data': (
         Field('dataset', 'mnist', text(non_empty=True),
-              'A TFDS name, or fashion_mnist_idx for the offline Debian '
-              'files.'),
+              'A TFDS name; fashion_mnist_idx for the offline Debian files; '
+              'or your own images: folder:PATH (PATH/SPLIT/CLASS/*.jpg or '
+              'PATH/CLASS/*.png), hf:NAME_OR_PATH (a Hugging Face dataset), '
+              'records:PATH (made by python -m recipes.data.prepare).'),
         Field('data_dir', '', text(),
               "Where the data is; '' = TFDS's default directory."),
         Field('train_split', 'train', text(non_empty=True),
@@ -100,8 +102,24 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               "eval_<name>/, e.g. {'minival': 'train[99%:]'}."),
         Field('data_source', 'auto', choice(*datasets.DATA_SOURCES),
               'How the data is read: auto = by its name (IDX files and small '
-              'TFDS datasets in memory, ImageNet-size ones streamed); memory '
-              'or stream force it for a TFDS dataset.'),
+              'TFDS datasets in memory, ImageNet-size ones streamed; your own '
+              'images in memory when small and the preset keeps their size); '
+              'memory or stream force it.'),
+        Field('image_channels', 0, int_choice(*image_codec.CHANNELS),
+              'Your own images become 1 (grey) or 3 (RGB) channels, '
+              'whatever their mode; 0 = grey if the first training image '
+              'is grey, else RGB.'),
+        Field('skip_bad_images', False, BOOLEAN,
+              'Your own images: leave out (and count in the log) those that '
+              'do not decode, checked before training; false = stop, naming '
+              'the first.'),
+        Field('image_column', '', text(),
+              "hf: the image column; '' = the column of Image type."),
+        Field('label_column', '', text(),
+              "hf: the label column; '' = the ClassLabel column."),
+        Field('data_threads', 0, integer(0, note=' (0 = one per core)'),
+              'Streamed own images: batches decoded at once; 0 = one per '
+              'core.'),
         Field('augment', 'none', choice(*preprocess.AUGMENTATIONS),
               'Training augmentation: none | cifar (pad, crop, flip) | '
               'imagenet (random-resized crop of the JPEGs, flip) | finetune '

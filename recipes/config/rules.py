@@ -59,6 +59,12 @@ def choice(*options: str) -> Rule:
               f'one of {", ".join(repr(o) for o in options)}')
 
 
+def int_choice(*options: int) -> Rule:
+  """One of the ints `options` (not a bool, though True == 1)."""
+  return Rule(lambda v: _is_int(v) and v in options,
+              f'one of {", ".join(map(str, options))}')
+
+
 def text(non_empty: bool = False) -> Rule:
   """A string (a non-empty one if asked)."""
   return Rule(lambda v: isinstance(v, str) and bool(v or not non_empty),

@@ -26,6 +26,11 @@ class Dataset(Protocol):
     ...
 
   @property
+  def class_names(self) -> tuple[str, ...]:
+    """Each label's name, in label order; () if the source names none."""
+    ...
+
+  @property
   def num_train(self) -> int:
     """Examples in the training split."""
     ...

@@ -1,6 +1,6 @@
 """Datasets by name: the source each is read from, and `load`.
 
-Three sources give the same TFDS-style examples (`image`, `label`):
+Four sources give the same TFDS-style examples (`image`, `label`):
 - 'idx': real Fashion-MNIST read offline from the IDX files of Debian's
   `dataset-fashion-mnist` package (recipes/data/idx.py), held in memory;
 - 'memory': a TFDS builder (`mnist`, `cifar10`, ...), downloaded and prepared
@@ -9,24 +9,37 @@ Three sources give the same TFDS-style examples (`image`, `label`):
   (recipes/data/in_memory.py);
 - 'stream': a TFDS builder too large for memory (the ImageNet family), read
   from its files (recipes/data/streaming.py, with the differences there).
-The name picks the source: the IDX names, the names in STREAMED, then every
-other TFDS name in memory. `data_source` ('memory' or 'stream') overrides that
-for a TFDS name; the preprocessing never does.
+- 'encoded': a user's own images, named by a prefix (ENCODED):
+  `folder:PATH` (recipes/data/image_folder.py), `hf:NAME_OR_PATH` (a Hugging
+  Face dataset, recipes/data/hf_source.py) and `records:PATH` (ArrayRecord
+  files written by `python -m recipes.data.prepare`,
+  recipes/data/array_records.py). They are held in memory when they are
+  small and the preset keeps their size, and otherwise streamed by index
+  (recipes/data/random_access.py), in the same order either way.
+The name picks the source: the prefixes, the IDX names, the names in
+STREAMED, then every other TFDS name in memory. `data_source` ('memory' or
+'stream') overrides that for a TFDS name or the user's own images; the
+preprocessing never does.
 
 Splits are TFDS split strings for every source ('train[:99%]', 'test[:1000]',
 'train+test'); one dataset gives one training split and one or more
 evaluation splits, the first the main one.
 """
 
+import dataclasses
 import difflib
 from typing import Callable, Sequence
 
+import tensorflow as tf
 import tensorflow_datasets as tfds
+from absl import logging
 
-from recipes.data import idx, streaming, tfds_source
+from recipes.data import decoding, idx, image_codec, streaming, tfds_source
 from recipes.data.dataset import Dataset
+from recipes.data.examples import EncodedSource
 from recipes.data.in_memory import InMemoryDataset
 from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
+from recipes.data.random_access import RandomAccessDataset
 from recipes.runtime.errors import UserError
 
 # Datasets read from IDX files, and their number of classes.
@@ -36,6 +49,55 @@ STREAMED = frozenset({
     'imagenet2012', 'imagenet2012_subset', 'imagenet_v2', 'imagenet_a',
     'imagenet_r', 'imagenet_sketch', 'imagenette', 'imagewang'})
 DATA_SOURCES = ('auto', 'memory', 'stream')  # config.data_source
+# Name prefixes of the user's own images: 'folder:/data/pets'.
+ENCODED = ('folder', 'hf', 'records')
+# The user's own images are held in memory up to this many decoded bytes.
+IN_MEMORY_BYTES = 2 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedOptions:
+  """How the user's own images are read (config fields of the same
+  names)."""
+
+  image_channels: int = 0  # 1, 3, or 0: grey if the first image is.
+  skip_bad_images: bool = False  # Leave out images that do not decode.
+  image_column: str = ''  # hf: the columns; '': detected.
+  label_column: str = ''
+  data_threads: int = 0  # Batches streamed at once; 0: one per core.
+
+
+def encoded_prefix(name: str) -> str | None:
+  """'folder' for 'folder:PATH' (one of ENCODED), else None."""
+  prefix, colon, _ = name.partition(':')
+  return prefix if colon and prefix in ENCODED else None
+
+
+def open_encoded(name: str, options: EncodedOptions = EncodedOptions()
+                 ) -> EncodedSource:
+  """The user's own images named `name` ('folder:PATH', 'hf:NAME',
+  'records:PATH'), scanned, nothing decoded.
+
+  Raises:
+    UserError: for a name without one of the ENCODED prefixes, or what the
+      source finds wrong.
+  """
+  prefix = encoded_prefix(name)
+  where = name.partition(':')[2]
+  if not where:
+    raise UserError(f'dataset {name!r} names no path; write {prefix}:PATH.')
+  if prefix == 'folder':
+    from recipes.data import image_folder  # pylint: disable=g-import-not-at-top
+    return image_folder.open(where)
+  if prefix == 'hf':
+    from recipes.data import hf_source  # pylint: disable=g-import-not-at-top
+    return hf_source.open(where, options.image_column, options.label_column)
+  if prefix == 'records':
+    from recipes.data import \
+        array_records  # pylint: disable=g-import-not-at-top
+    return array_records.open(where)
+  raise UserError(f'dataset {name!r} has none of the prefixes '
+                  f'{", ".join(p + ":" for p in ENCODED)}.')
 
 
 def source_for(name: str, data_source: str = 'auto') -> str:
@@ -55,6 +117,8 @@ def source_for(name: str, data_source: str = 'auto') -> str:
   if data_source not in DATA_SOURCES:
     raise UserError(f'unknown data_source {data_source!r}; choose one of '
                     f'{", ".join(DATA_SOURCES)}.')
+  if encoded_prefix(name):
+    return 'encoded'
   if name in OFFLINE_DATASETS:
     if data_source == 'stream':
       raise UserError(f'dataset {name!r} is read from IDX files into memory '
@@ -70,7 +134,8 @@ def source_for(name: str, data_source: str = 'auto') -> str:
 def load(name: str, data_dir: str | None, train_split: str = 'train',
          eval_splits: str | Sequence[str] = 'test',
          preprocessing: Preprocessing = Preprocessing(),
-         data_source: str = 'auto') -> Dataset:
+         data_source: str = 'auto',
+         options: EncodedOptions = EncodedOptions()) -> Dataset:
   """The dataset `name`, prepared (downloaded if needed) and ready to batch.
 
   `eval_splits`: one split string or several (repeats are read once); the
@@ -84,6 +149,7 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
     eval_splits: the evaluation split(s), as above.
     preprocessing: how images become model inputs.
     data_source: one of DATA_SOURCES (see `source_for`).
+    options: how the user's own images are read.
 
   Returns:
     The dataset, batched per process.
@@ -94,7 +160,10 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
   """
   source = source_for(name, data_source)
   eval_splits = _split_list(eval_splits)
-  if preprocessing.takes_jpeg and source != 'stream':
+  if source == 'encoded':
+    data = _read_encoded(name, train_split, eval_splits, preprocessing,
+                         data_source, options)
+  elif preprocessing.takes_jpeg and source != 'stream':
     jpeg = ', '.join(repr(a) for a, p in AUGMENTATIONS.items()
                      if p.takes_jpeg)
     raise UserError(
@@ -102,8 +171,9 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
         f'a streamed dataset keeps, but {name!r} is read into memory; use '
         f'an augment other than {jpeg}, or --config.data_source=stream for '
         'a TFDS dataset of JPEGs.')
-  data = READERS[source](name, data_dir, train_split, eval_splits,
-                         preprocessing)
+  else:
+    data = READERS[source](name, data_dir, train_split, eval_splits,
+                           preprocessing)
   sizes = {train_split: data.num_train, **data.eval_sizes}
   for split, size in sizes.items():
     if not size:
@@ -118,6 +188,77 @@ def _split_list(eval_splits: str | Sequence[str]) -> tuple[str, ...]:
     raise UserError(f'eval splits {eval_splits!r} must be one or more '
                     'non-empty split strings.')
   return tuple(dict.fromkeys(splits))  # In order, without repeats.
+
+
+def _read_encoded(name, train_split, eval_splits, preprocessing, data_source,
+                  options: EncodedOptions) -> Dataset:
+  """The user's own images: in memory when small and of one size for the
+  preset, else streamed by index."""
+  image_codec.check_channels(options.image_channels)
+  source = open_encoded(name, options)
+  splits = {split: source.select(split)
+            for split in (train_split, *eval_splits)}
+  for split, examples in splits.items():
+    if not len(examples):
+      raise UserError(f'split {split!r} of dataset {name!r} has no '
+                      'examples.')
+  channels = options.image_channels or _first_image_channels(
+      splits[train_split])
+  if options.skip_bad_images:
+    splits = {split: decoding.without_bad_images(examples, channels, split)
+              for split, examples in splits.items()}
+  train = splits[train_split]
+  evals = {split: splits[split] for split in eval_splits}
+  first = decoding.decode_all(_First(train), channels)['image'][0]
+  preprocessing.check_channels(first.shape)
+  keeps_size = not (preprocessing.augmentation.resizes
+                    or preprocessing.takes_jpeg)
+  size = sum(map(len, (train, *evals.values()))) * first.nbytes
+  if data_source == 'memory' and preprocessing.takes_jpeg:
+    raise UserError(f'augment={preprocessing.augment!r} takes encoded JPEGs, '
+                    'which only a streamed dataset keeps; set '
+                    '--config.data_source=stream or auto.')
+  in_memory = (data_source == 'memory' or
+               data_source == 'auto' and keeps_size
+               and size <= IN_MEMORY_BYTES)
+  logging.info('Reading %s (%d classes) %s: %d training images, %d channels.',
+               source.name, source.num_classes,
+               'into memory' if in_memory else 'streamed', len(train),
+               channels)
+  if in_memory:
+    return InMemoryDataset(
+        train=decoding.decode_all(train, channels),
+        evals={s: decoding.decode_all(e, channels) for s, e in evals.items()},
+        num_classes=source.num_classes, preprocessing=preprocessing,
+        class_names=source.class_names)
+  return RandomAccessDataset(train, evals, source.num_classes, preprocessing,
+                             channels, first.shape, options.data_threads,
+                             source.class_names)
+
+
+class _First:
+  """The first example of `examples`, alone."""
+
+  def __init__(self, examples):
+    self.examples = examples
+
+  def __len__(self):
+    return 1
+
+  def read(self, indices):
+    return self.examples.read(indices)
+
+  def describe(self, index):
+    return self.examples.describe(index)
+
+
+def _first_image_channels(examples) -> int:
+  encoded, _ = examples.read([0])
+  try:
+    return image_codec.stored_channels(encoded[0])
+  except tf.errors.InvalidArgumentError:
+    decoding.check(examples, 0, encoded[0], 3, None)  # Names the image.
+    raise
 
 
 def _read_idx(name, data_dir, train_split, eval_splits, preprocessing):

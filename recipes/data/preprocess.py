@@ -138,12 +138,35 @@ def cifar_train(image, seed, image_size=None):
   return scale(cifar_crop_flip(image, seed, image_size))
 
 
+def _encoded_shape(encoded):
+  """[H, W, C] of a JPEG from its header, or of any other image decoded."""
+  return tf.cond(tf.io.is_jpeg(encoded),
+                 lambda: tf.io.extract_jpeg_shape(encoded),
+                 lambda: tf.shape(_decode_rgb(encoded)))
+
+
+def _decode_rgb(encoded):
+  image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+  image.set_shape([None, None, 3])
+  return image
+
+
+def _decode_window(encoded, window):
+  """The window [y, x, height, width] of the image, as RGB: a JPEG decodes
+  only the window; other images (PNG) decode whole."""
+  return tf.cond(
+      tf.io.is_jpeg(encoded),
+      lambda: tf.io.decode_and_crop_jpeg(encoded, window, channels=3),
+      lambda: _decode_rgb(encoded)[window[0]:window[0] + window[2],
+                                   window[1]:window[1] + window[3]])
+
+
 def imagenet_crop_flip(jpeg, seed, image_size: int):
-  """Random-resized crop decoded from the JPEG, resize, random flip; float32
-  pixel values in [0, 255].
+  """Random-resized crop decoded from the JPEG (or PNG), resize, random
+  flip; float32 pixel values in [0, 255].
 
   Args:
-    jpeg: the encoded JPEG bytes (a scalar string tensor).
+    jpeg: the encoded JPEG (or PNG) bytes (a scalar string tensor).
     seed: a [2] integer tensor, the example's own.
     image_size: the output side, in pixels.
 
@@ -152,34 +175,34 @@ def imagenet_crop_flip(jpeg, seed, image_size: int):
   """
   seeds = tf.random.experimental.stateless_split(seed, 2)
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.io.extract_jpeg_shape(jpeg),
+      _encoded_shape(jpeg),
       bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
       seed=seeds[0], min_object_covered=0.1,
       aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
       max_attempts=10, use_image_if_no_bounding_boxes=True)
   window = tf.stack([begin[0], begin[1], size[0], size[1]])
-  image = tf.io.decode_and_crop_jpeg(jpeg, window, channels=3)
+  image = _decode_window(jpeg, window)
   image = tf.image.resize(image, [image_size, image_size], 'bicubic')
   image = tf.clip_by_value(image, 0, 255)
   return tf.image.stateless_random_flip_left_right(image, seeds[1])
 
 
 def imagenet_eval(jpeg, image_size: int):
-  """Central crop of the JPEG, resized to image_size x image_size.
+  """Central crop of the JPEG (or PNG), resized to image_size x image_size.
 
   Args:
-    jpeg: the encoded JPEG bytes (a scalar string tensor).
+    jpeg: the encoded JPEG (or PNG) bytes (a scalar string tensor).
     image_size: the output side, in pixels.
 
   Returns:
     The image [image_size, image_size, 3] as float32 in [0, 1].
   """
-  shape = tf.io.extract_jpeg_shape(jpeg)
+  shape = _encoded_shape(jpeg)
   side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32)
                  * image_size / (image_size + _EVAL_CROP_PADDING), tf.int32)
   window = tf.stack([(shape[0] - side + 1) // 2, (shape[1] - side + 1) // 2,
                      side, side])
-  image = tf.io.decode_and_crop_jpeg(jpeg, window, channels=3)
+  image = _decode_window(jpeg, window)
   image = tf.image.resize(image, [image_size, image_size], 'bicubic')
   return tf.clip_by_value(image, 0, 255) / 255.0
 

@@ -47,6 +47,7 @@ class StreamingDataset:
   eval_splits: tuple[str, ...]
   num_classes: int
   preprocessing: Preprocessing
+  class_names: tuple[str, ...] = ()
 
   def __post_init__(self):
     self.num_train = _num_examples(self.builder, self.train_split)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from recipes.data import idx
@@ -15,7 +16,8 @@ from recipes.runtime import storage, summaries
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
 from tests.gcs_emulator import Emulator
-from tests.helpers import ROOT, read_scalars, write_fashion_mnist
+from tests.helpers import (ROOT, read_scalars, write_fashion_mnist,
+                           write_png_folder)
 
 BUCKET = 'test-bucket'
 
@@ -194,3 +196,26 @@ def test_storage_that_goes_away_ends_the_run_in_one_line_in_bounded_time(
   last = output.strip().splitlines()[-1]
   assert last.startswith('error: ') and 'storage' in last, last
   assert 'run the same command' in last.lower(), last
+
+
+@pytest.mark.slow
+def test_an_image_folder_in_the_bucket_trains_streamed(emulator, tmp_path):
+  """`--config.dataset=folder:gs://...`: listed and read through epath,
+  streamed by index, its class names recorded in the gs:// workdir."""
+  local = write_png_folder(str(tmp_path / 'png'), {
+      'train': (np.random.default_rng(0).integers(0, 256, (48, 28, 28, 1),
+                                                  dtype=np.uint8),
+                np.arange(48) % 3),
+      'test': (np.zeros((8, 28, 28, 1), np.uint8), np.arange(8) % 3)})
+  for root, _, files in os.walk(local):
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as f:
+        emulator.write(f'pets/{os.path.relpath(path, local)}', f.read())
+  log = _train(emulator, str(tmp_path), f'gs://{BUCKET}/pets_run',
+               f'--config.dataset=folder:gs://{BUCKET}/pets',
+               '--config.data_source=stream', '--config.num_train_steps=4')
+  assert 'streamed: 48 training images' in log, log[-3000:]
+  assert json.loads(emulator.read('pets_run/class_names.json')) == [
+      '0', '1', '2']
+  assert 'step 4: eval loss' in log
