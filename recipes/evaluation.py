@@ -9,7 +9,7 @@ import ml_collections
 from absl import logging
 
 from recipes import checkpoint, experiment
-from recipes.checkpoint import resume
+from recipes.checkpoint import class_names, resume
 from recipes.data import in_memory
 from recipes.runtime import summaries
 from recipes.runtime.dispatch import OneAhead
@@ -133,6 +133,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
   if step == 0:
     raise UserError(f'no checkpoint to evaluate in {workdir}/checkpoints; '
                     'train first, or point --workdir at a trained run.')
+  class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
   writer = summaries.create_writer(workdir)
   with Watchdog(config.stall_timeout_seconds) as watchdog:
     summary = evaluate_and_write(exp, state, writer, step, watchdog)

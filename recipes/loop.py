@@ -16,7 +16,7 @@ from absl import logging
 from clu import periodic_actions
 
 from recipes import checkpoint, evaluation, experiment
-from recipes.checkpoint import resume
+from recipes.checkpoint import class_names, resume
 from recipes.config import validation
 from recipes.runtime import preemption, storage, summaries
 from recipes.runtime.dispatch import OneAhead
@@ -182,6 +182,7 @@ def _profiler(config, workdir, start_step: int, num_steps: int):
 
 def _start(config, workdir, exp, mngr):
   """The state to train from, its step, and the summary writer."""
+  class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
   state, start_step = resume.restore_latest(mngr, exp.strategy,
                                             exp.create_state())
   if start_step > exp.num_steps:
