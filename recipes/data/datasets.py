@@ -161,8 +161,15 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
   source = source_for(name, data_source)
   eval_splits = _split_list(eval_splits)
   if source == 'encoded':
-    data = _read_encoded(name, train_split, eval_splits, preprocessing,
-                         data_source, options)
+    data = _read_encoded(open_encoded(name, options), train_split,
+                         eval_splits, preprocessing, data_source, options)
+  elif source == 'stream' and tfds_source.is_array_record(
+      builder := _builder(name, data_dir, preprocessing)):
+    # TFDS's own array_record files: read by index, as prepared ones are.
+    from recipes.data import \
+        array_records  # pylint: disable=g-import-not-at-top
+    data = _read_encoded(array_records.open_tfds(builder), train_split,
+                         eval_splits, preprocessing, 'stream', options)
   elif preprocessing.takes_jpeg and source != 'stream':
     jpeg = ', '.join(repr(a) for a, p in AUGMENTATIONS.items()
                      if p.takes_jpeg)
@@ -190,18 +197,17 @@ def _split_list(eval_splits: str | Sequence[str]) -> tuple[str, ...]:
   return tuple(dict.fromkeys(splits))  # In order, without repeats.
 
 
-def _read_encoded(name, train_split, eval_splits, preprocessing, data_source,
-                  options: EncodedOptions) -> Dataset:
-  """The user's own images: in memory when small and of one size for the
-  preset, else streamed by index."""
+def _read_encoded(source: EncodedSource, train_split, eval_splits,
+                  preprocessing, data_source, options: EncodedOptions
+                  ) -> Dataset:
+  """Encoded images read by index: in memory when small and of one size
+  for the preset, else streamed."""
   image_codec.check_channels(options.image_channels)
-  source = open_encoded(name, options)
   splits = {split: source.select(split)
             for split in (train_split, *eval_splits)}
   for split, examples in splits.items():
     if not len(examples):
-      raise UserError(f'split {split!r} of dataset {name!r} has no '
-                      'examples.')
+      raise UserError(f'split {split!r} of {source.name} has no examples.')
   channels = options.image_channels or _first_image_channels(
       splits[train_split])
   if options.skip_bad_images:
@@ -221,10 +227,10 @@ def _read_encoded(name, train_split, eval_splits, preprocessing, data_source,
   in_memory = (data_source == 'memory' or
                data_source == 'auto' and keeps_size
                and size <= IN_MEMORY_BYTES)
-  logging.info('Reading %s (%d classes) %s: %d training images, %d channels.',
+  logging.info('Reading %s (%d classes) %s: %d training images, as %s.',
                source.name, source.num_classes,
                'into memory' if in_memory else 'streamed', len(train),
-               channels)
+               'grey' if channels == 1 else 'RGB')
   if in_memory:
     return InMemoryDataset(
         train=decoding.decode_all(train, channels),

@@ -76,6 +76,18 @@ def first_unreachable_url(builder) -> str | None:
   return None
 
 
+def file_format(builder) -> str:
+  """How the builder's files are stored: 'tfrecord' (read in sequence) or
+  'array_record' (read by index)."""
+  stored = builder.info.file_format
+  return getattr(stored, 'value', stored)
+
+
+def is_array_record(builder) -> bool:
+  """Whether the builder's files are read by index."""
+  return file_format(builder) == 'array_record'
+
+
 def num_classes(builder) -> int:
   """The number of classes of the builder's `label` feature.
 

@@ -1,0 +1,713 @@
+"""Copies a dataset into ArrayRecord shards that training reads by index.
+
+    python -m recipes.data.prepare SRC DST [--examples_per_shard=N]
+        [--splits=train,test] [--data_dir=DIR] [--verify]
+    python -m recipes.data.prepare --verify DST
+
+SRC is what --config.dataset takes: folder:PATH, hf:NAME, records:PATH, a
+TFDS name, or fashion_mnist_idx. The encoded images are copied as they are
+(IDX images become lossless PNGs), so a streamed run reads the same pixels
+with one seek per example instead of one file or request each
+(recipes/data/array_records.py has the format). Train on the result with
+--config.dataset=records:DST.
+
+A long prepare may be stopped (Ctrl-C, a lost machine): run the same command
+again and it continues from the first unfinished shard, giving the same
+files, byte for byte, as a run never stopped. Each shard is written under a
+temporary name and renamed when complete; DST/prepare-progress.jsonl records
+the finished ones; manifest.json is written last. Mistakes end with one line
+and exit status 1 (2 for a usage error).
+"""
+
+import argparse
+import dataclasses
+import io
+import json
+import logging
+import math
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from recipes.data import array_records
+from recipes.data.examples import EncodedSource, Examples
+from recipes.runtime import library_noise, storage
+from recipes.runtime.errors import UserError, describe, shorten
+
+PROGRESS = 'prepare-progress.jsonl'
+PARTIAL = '.partial'  # A shard being written: `NAME.array_record.partial`.
+DEFAULT_EXAMPLES_PER_SHARD = 1000
+PROGRESS_SECONDS = 5.0  # The most often a progress line is written.
+_READ_CHUNK = 256  # Examples read from the source at once.
+# Fashion-MNIST's classes, in label order (as TFDS names them).
+FASHION_MNIST_CLASSES = ('T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat',
+                         'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot')
+_SIGNATURES = ((b'\xff\xd8\xff', 'JPEG'), (b'\x89PNG\r\n\x1a\n', 'PNG'))
+
+
+class _Parser(argparse.ArgumentParser):
+
+  def error(self, message):
+    self.exit(2, f'error: {message}; see python -m recipes.data.prepare '
+              '--help.\n')
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = _Parser(
+      prog='python -m recipes.data.prepare',
+      usage='%(prog)s SRC DST [--examples_per_shard=N] [--splits=train,test] '
+      '[--data_dir=DIR] [--verify]\n       %(prog)s --verify DST',
+      description='Copies the encoded images and labels of SRC into '
+      'ArrayRecord shards in the local directory DST, for '
+      '--config.dataset=records:DST. A stopped run continues where it '
+      'stopped when run again.')
+  parser.add_argument('paths', nargs='+', metavar='SRC DST',
+                      help='SRC: folder:PATH, hf:NAME, records:PATH, a TFDS '
+                      'name or fashion_mnist_idx (as --config.dataset); '
+                      'DST: a new or empty local directory')
+  parser.add_argument('--examples_per_shard', type=int,
+                      default=DEFAULT_EXAMPLES_PER_SHARD,
+                      help='examples in each shard but the last of a split '
+                      f'(default {DEFAULT_EXAMPLES_PER_SHARD})')
+  parser.add_argument('--splits', default='',
+                      help='comma-separated whole splits to copy (default: '
+                      'all of them)')
+  parser.add_argument('--data_dir', default='',
+                      help='where a TFDS dataset or the IDX files are (as '
+                      '--config.data_dir)')
+  parser.add_argument('--verify', action='store_true',
+                      help='check every shard of DST against the sha256 in '
+                      'its manifest (after preparing, when SRC is given)')
+  return parser
+
+
+def main(argv: Sequence[str]) -> int:
+  args = _parser().parse_args(argv)
+  # TFDS's notices (e.g. of its directories) are not ours to show; our lines
+  # say what matters.
+  logging.getLogger('absl').setLevel(logging.ERROR)
+  if len(args.paths) > 2 or (len(args.paths) == 1 and not args.verify):
+    _parser().error('give SRC and DST (or --verify DST)')
+  try:
+    if len(args.paths) == 2:
+      src, dst = args.paths
+      written = prepare(
+          src, dst, args.examples_per_shard,
+          [s.strip() for s in args.splits.split(',') if s.strip()],
+          args.data_dir or None)
+      print(_report(src, dst, written))
+    if args.verify:
+      dst = args.paths[-1]
+      shards, size = array_records.verify(dst)
+      print(f'{dst}: OK, {shards} shards ({_size(size)}) match the sha256 of '
+            'their manifest.')
+  except UserError as e:
+    return _fail(e)
+  except KeyboardInterrupt:
+    return _fail('stopped; run the same command again to continue from the '
+                 'first unfinished shard.', status=130)
+  return 0
+
+
+def _fail(message, status: int = 1) -> int:
+  print(f'error: {shorten(" ".join(str(message).split()))}', file=sys.stderr)
+  return status
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+  split: str
+  file: str
+  start: int  # The source's examples [start, stop) of the split.
+  stop: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+  """What a prepare did."""
+
+  manifest: dict[str, Any]  # As written to DST/manifest.json.
+  shards_written: int  # By this run; the others were there already.
+  examples_written: int
+  seconds: float  # Spent writing them.
+
+  @property
+  def examples_per_second(self) -> float:
+    return self.examples_written / self.seconds if self.seconds else 0.0
+
+
+def prepare(src: str, dst: str, examples_per_shard: int = (
+    DEFAULT_EXAMPLES_PER_SHARD), splits: Sequence[str] = (),
+            data_dir: str | None = None) -> Written:
+  """Writes (or finishes writing) the prepared directory `dst` from `src`.
+
+  Args:
+    src: folder:PATH, hf:NAME, records:PATH, a TFDS name or
+      fashion_mnist_idx.
+    dst: a new or empty local directory, or one that an earlier prepare of
+      the same `src` and settings left (finished or not).
+    examples_per_shard: examples in each shard but the last of a split.
+    splits: the whole splits to copy; empty: all of the source's.
+    data_dir: where a TFDS dataset or the IDX files are; None: the default.
+
+  Returns:
+    The manifest and what this run wrote.
+
+  Raises:
+    UserError: a bad SRC, DST or setting, an empty split, an example that
+      is not a JPEG or PNG image or has a label out of range, or a failed
+      write; nothing of what DST held before is deleted.
+  """
+  _check_settings(examples_per_shard, splits)
+  _local_destination(dst)  # Its mistakes before the source is read.
+  data_dir = os.path.abspath(os.path.expanduser(data_dir)) if (
+      data_dir and '://' not in data_dir) else data_dir
+  source, key = open_source(src, data_dir, splits)
+  return write(source, dst, examples_per_shard, splits, key, data_dir)
+
+
+def write(source: EncodedSource, dst: str, examples_per_shard: int = (
+    DEFAULT_EXAMPLES_PER_SHARD), splits: Sequence[str] = (),
+          key: str | None = None, data_dir: str | None = None) -> Written:
+  """Writes (or finishes writing) `source` as the prepared directory `dst`.
+
+  Args:
+    source: the dataset; its examples are read in order.
+    dst: as for `prepare`.
+    examples_per_shard: examples in each shard but the last of a split.
+    splits: the whole splits to copy; empty: all of the source's.
+    key: the SRC that names `source` (recorded in the manifest; the same
+      key and settings continue an unfinished DST); None: `source.name`.
+    data_dir: recorded in the manifest, for `key`.
+
+  Returns:
+    The manifest and what this run wrote.
+
+  Raises:
+    UserError: as for `prepare`.
+  """
+  _check_settings(examples_per_shard, splits)
+  root = _local_destination(dst)
+  names = list(dict.fromkeys(splits)) or list(source.splits)
+  settings = _settings(source, key or source.name, data_dir,
+                       examples_per_shard, names)
+  try:
+    root.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UserError(f'cannot create DST {dst} ({e.strerror or e}); choose a '
+                    'writable directory.') from None
+  plan = _plan(settings)
+  finished, complete = _claim(root, settings)
+  for name in [s.file for s in plan] + [array_records.MANIFEST]:
+    _remove(root / (name + PARTIAL))  # Left by a stopped run.
+
+  todo = [s for s in plan if not _intact(root, s, finished.get(s.file))]
+  progress = _Progress(sum(s.stop - s.start for s in todo))
+  for shard in todo:
+    record = _write_shard(root, shard, source, progress)
+    before = finished.get(shard.file)
+    if complete and before and before['sha256'] != record['sha256']:
+      _remove(root / shard.file)
+      raise UserError(
+          f'{settings["source"]} now gives other examples for {shard.file} '
+          f'than when {dst} was prepared (the source changed); prepare it '
+          'into a new directory.')
+    finished[shard.file] = record
+    if not complete:
+      _append(root / PROGRESS, record)
+  manifest = _manifest(settings, plan, finished)
+  if not complete:
+    _write_json(root / array_records.MANIFEST, manifest)
+    _remove(root / PROGRESS)
+  _fsync_dir(root)
+  return Written(manifest, len(todo), progress.done,
+                 time.monotonic() - progress.started)
+
+
+def _check_settings(examples_per_shard: int, splits: Sequence[str]):
+  if examples_per_shard < 1:
+    raise UserError(f'--examples_per_shard={examples_per_shard} must be at '
+                    'least 1.')
+  for name in splits:
+    if not name or any(c in name for c in '[]+:/\\ '):
+      raise UserError(f'--splits takes whole split names, e.g. train,test; '
+                      f'not {name!r} (slice when training instead, e.g. '
+                      "--config.train_split='train[:90%]').")
+
+
+def _local_destination(dst: str):
+  """DST as a local path (not created yet)."""
+  path = storage.path(dst)  # UserError for a mistyped URL.
+  if '://' in os.fspath(dst):
+    raise UserError(f'DST {dst} is not a local directory: ArrayRecord shards '
+                    'are written as local files. Prepare into a local '
+                    'directory, then copy it (e.g. gcloud storage cp -r DIR '
+                    f'{dst}).')
+  if path.exists() and not path.is_dir():
+    raise UserError(f'DST {dst} is a file; give a new or empty directory.')
+  return path
+
+
+def open_source(src: str, data_dir: str | None, splits: Sequence[str] = ()
+                ) -> tuple[EncodedSource, str]:
+  """The dataset `src` names, as encoded images by index.
+
+  Args:
+    src: folder:PATH, hf:NAME, records:PATH, fashion_mnist_idx or a TFDS
+      name.
+    data_dir: where a TFDS dataset or the IDX files are; None: the default.
+    splits: the splits that will be read (IDX files of others are not
+      read); empty: all.
+
+  Returns:
+    The source and `src` as the manifest records it (a local folder's path
+    made absolute).
+
+  Raises:
+    UserError: an unknown or unreadable source.
+  """
+  prefix, colon, where = src.partition(':')
+  if colon and prefix in ('folder', 'hf', 'records'):
+    if not where:
+      raise UserError(f'SRC {src!r} names no path; write {prefix}:PATH.')
+    if prefix != 'hf' and '://' not in where:
+      where = os.path.abspath(os.path.expanduser(where))
+    if prefix != 'records':
+      library_noise.import_tensorflow()  # They decode with TensorFlow.
+    # pylint: disable=g-import-not-at-top
+    if prefix == 'folder':
+      from recipes.data import image_folder
+      return image_folder.open(where), f'folder:{where}'
+    if prefix == 'hf':
+      from recipes.data import hf_source
+      return hf_source.open(where), src
+    # pylint: enable=g-import-not-at-top
+    return array_records.open(where), f'records:{where}'
+  if src == 'fashion_mnist_idx':
+    return _idx_source(data_dir, splits), src
+  return _tfds_source(src, data_dir), src
+
+
+def _idx_source(data_dir: str | None, splits: Sequence[str]) -> EncodedSource:
+  from recipes.data import idx  # pylint: disable=g-import-not-at-top
+
+  # Only the files of the splits asked for are read.
+  names = [s for s in ('train', 'test') if s in splits or not splits]
+  for split in splits:
+    if split not in ('train', 'test'):
+      raise UserError(f'fashion_mnist_idx has no split {split!r} (it has '
+                      'train, test).')
+  loaded = idx.load_splits(data_dir, names)
+  where = data_dir or idx.FASHION_MNIST_DIR
+  return EncodedSource(
+      'fashion_mnist_idx', FASHION_MNIST_CLASSES,
+      {name: _IdxImages(arrays['image'][..., 0], arrays['label'],
+                        f'{where} ({name})')
+       for name, arrays in zip(names, loaded)})
+
+
+class _IdxImages:
+  """IDX images, each encoded as a PNG (lossless) when read."""
+
+  def __init__(self, images: np.ndarray, labels: np.ndarray, where: str):
+    self._images, self._labels, self._where = images, labels, where
+
+  def __len__(self) -> int:
+    return len(self._labels)
+
+  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    encoded = []
+    for i in indices:
+      buffer = io.BytesIO()
+      Image.fromarray(self._images[i], 'L').save(buffer, 'PNG')
+      encoded.append(buffer.getvalue())
+    return encoded, self._labels[np.asarray(indices, np.int64)].astype(
+        np.int64)
+
+  def describe(self, index: int) -> str:
+    return f'image {index} of the IDX files in {self._where}'
+
+
+def _tfds_source(name: str, data_dir: str | None) -> EncodedSource:
+  library_noise.import_tensorflow()  # TFDS reads with tf.data.
+  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds
+
+  from recipes.data import tfds_source
+
+  # pylint: enable=g-import-not-at-top
+  try:
+    builder = tfds_source.prepared_builder(name, data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise UserError(
+        f'unknown SRC {name!r}: give folder:PATH, hf:NAME, records:PATH, '
+        'fashion_mnist_idx or a TFDS dataset name.') from None
+  features = builder.info.features
+  if ('image' not in features or 'label' not in features
+      or not hasattr(features['label'], 'names')):
+    raise UserError(f'TFDS dataset {name!r} has no image and ClassLabel label '
+                    'features; only image classification datasets can be '
+                    'prepared.')
+  file_format = getattr(builder.info.file_format, 'value',
+                        builder.info.file_format)
+  if file_format == 'array_record':
+    return array_records.open_tfds(builder)
+  splits = {split: _TfdsSplit(builder, split, info.num_examples)
+            for split, info in builder.info.splits.items()}
+  return EncodedSource(f'TFDS dataset {name!r}', tuple(features['label'].names),
+                       splits)
+
+
+class _TfdsSplit:
+  """A TFDS split's encoded images, read in order (a read elsewhere starts
+  a new pass there, by TFDS's slicing)."""
+
+  def __init__(self, builder, split: str, size: int):
+    self._builder, self._split, self._size = builder, split, size
+    self._position, self._batches, self._buffer = None, None, []
+
+  def __len__(self) -> int:
+    return self._size
+
+  def _start(self, index: int):
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    dataset = self._builder.as_dataset(
+        split=f'{self._split}[{index}:]', shuffle_files=False,
+        decoders={'image': tfds.decode.SkipDecoding()},
+        # One file at a time: the order of the split's indices.
+        read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    dataset = dataset.map(lambda x: (x['image'], x['label']))
+    self._batches = dataset.batch(_READ_CHUNK).prefetch(2).as_numpy_iterator()
+    self._position, self._buffer = index, []
+
+  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
+    images, labels = [], []
+    for index in indices:
+      if index != self._position:
+        self._start(index)
+      if not self._buffer:
+        batch = next(self._batches, None)
+        if batch is None:
+          raise UserError(f'{self.describe(index)} is missing: the split has '
+                          'fewer examples than its metadata says.')
+        self._buffer = list(zip(*batch))[::-1]
+      image, label = self._buffer.pop()
+      images.append(bytes(image))
+      labels.append(int(label))
+      self._position += 1
+    return images, np.asarray(labels, np.int64)
+
+  def describe(self, index: int) -> str:
+    return (f'example {index} of split {self._split} of TFDS dataset '
+            f'{self._builder.name!r}')
+
+
+def _settings(source: EncodedSource, key: str, data_dir: str | None,
+              examples_per_shard: int, names: Sequence[str]) -> dict[str, Any]:
+  """What makes a prepare the same one again: it matches a DST's manifest
+  or progress file only if every field is equal."""
+  for name in names:
+    if name not in source.splits:
+      raise UserError(f'{source.name} has no split {name!r} (it has '
+                      f'{", ".join(source.splits) or "none"}).')
+  sizes = {name: len(source.splits[name]) for name in names}
+  if not sizes:
+    raise UserError(f'{source.name} has no splits.')
+  for name, size in sizes.items():
+    if not size:
+      raise UserError(f'split {name!r} of {source.name} has no examples; '
+                      'leave it out with --splits.')
+  return {'source': key, 'data_dir': data_dir,
+          'examples_per_shard': examples_per_shard,
+          'class_names': list(source.class_names), 'splits': sizes}
+
+
+def _plan(settings: dict[str, Any]) -> list[_Shard]:
+  per_shard = settings['examples_per_shard']
+  plan = []
+  for split, size in settings['splits'].items():
+    count = math.ceil(size / per_shard)
+    for k in range(count):
+      plan.append(_Shard(split, array_records.shard_name(split, k, count),
+                         k * per_shard, min(size, (k + 1) * per_shard)))
+  return plan
+
+
+def _settings_of(manifest: dict[str, Any]) -> dict[str, Any]:
+  return {'source': manifest.get('source'),
+          'data_dir': manifest.get('data_dir'),
+          'examples_per_shard': manifest.get('examples_per_shard'),
+          'class_names': manifest.get('class_names'),
+          'splits': {name: info.get('num_examples')
+                     for name, info in manifest.get('splits', {}).items()}}
+
+
+def _claim(root, settings: dict[str, Any]
+           ) -> tuple[dict[str, dict[str, Any]], bool]:
+  """The shards already finished in DST, and whether its manifest is
+  written; claims an empty DST by writing the progress file.
+
+  Raises:
+    UserError: DST holds something other than a prepare with `settings`.
+  """
+  manifest = array_records.read_manifest(root)
+  if manifest is not None:
+    _check_same(root, 'a prepared dataset', _settings_of(manifest), settings)
+    return {shard['file']: shard for info in manifest['splits'].values()
+            for shard in info['shards']}, True
+  progress = root / PROGRESS
+  if progress.exists():
+    lines = progress.read_text().splitlines()
+    try:
+      header = json.loads(lines[0])['progress_of']
+    except (IndexError, ValueError, KeyError, TypeError):
+      raise UserError(f'{progress} is damaged; delete {root} to start over '
+                      '(nothing was deleted).') from None
+    _check_same(root, 'an unfinished prepare', header, settings)
+    finished = {}
+    for line in lines[1:]:
+      try:
+        record = json.loads(line)
+        finished[record['file']] = record
+      except (ValueError, KeyError, TypeError):
+        pass  # A line cut short by a stop: that shard is written again.
+    return finished, False
+  others = sorted(p.name for p in root.iterdir()
+                  if p.name != PROGRESS + PARTIAL)  # A stop while claiming.
+  if others:
+    raise UserError(
+        f'DST {root} holds other files ({_few(others)}), not a prepare; give '
+        'a new or empty directory (nothing was deleted).')
+  _write_json(progress, {'format': array_records.FORMAT,
+                         'version': array_records.VERSION,
+                         'progress_of': settings}, jsonl=True)
+  return {}, False
+
+
+def _check_same(root, what: str, there: dict[str, Any],
+                here: dict[str, Any]):
+  if there == here:
+    return
+  differences = []
+  for key in here:
+    if there.get(key) != here[key]:
+      differences.append(f'{key} {_short(there.get(key))} there, '
+                         f'{_short(here[key])} here')
+  raise UserError(
+      f'DST {root} holds {what} of {there.get("source")} that differs from '
+      f'this one ({"; ".join(differences)}); run with the same settings to '
+      'continue it, or give another DST (nothing was deleted).')
+
+
+def _short(value) -> str:
+  text = json.dumps(value)
+  return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _few(names: list[str]) -> str:
+  return ', '.join(names[:3]) + (f' and {len(names) - 3} more'
+                                 if len(names) > 3 else '')
+
+
+def _intact(root, shard: _Shard, record: dict[str, Any] | None) -> bool:
+  """Whether a finished shard is there, whole (by its size)."""
+  if not record or record.get('num_examples') != shard.stop - shard.start:
+    return False
+  try:
+    return (root / shard.file).stat().length == record['bytes']
+  except OSError:
+    return False
+
+
+def _write_shard(root, shard: _Shard, source: EncodedSource,
+                 progress: '_Progress') -> dict[str, Any]:
+  """Writes one shard under its temporary name, then renames it.
+
+  Returns:
+    Its manifest record.
+  """
+  # pylint: disable-next=g-import-not-at-top
+  from array_record.python.array_record_module import ArrayRecordWriter
+  examples = source.splits[shard.split]
+  final = os.fspath(root / shard.file)
+  partial = final + PARTIAL
+  try:
+    writer = ArrayRecordWriter(partial, array_records.WRITER_OPTIONS)
+    if not writer.ok():  # It does not raise for a file it cannot create.
+      raise OSError(f'cannot create {partial}')
+  except Exception as e:  # pylint: disable=broad-except
+    raise _write_failed(root, e) from None
+  closed = False
+  try:
+    for start in range(shard.start, shard.stop, _READ_CHUNK):
+      indices = list(range(start, min(shard.stop, start + _READ_CHUNK)))
+      images, labels = examples.read(indices)
+      records = [array_records.encode(image, label) for image, label in zip(
+          _checked(images, labels, indices, examples, source), labels)]
+      try:
+        for record in records:
+          writer.write(record)
+        if not writer.ok():
+          raise OSError(f'the ArrayRecord writer of {partial} failed')
+      except Exception as e:  # pylint: disable=broad-except
+        raise _write_failed(root, e) from None
+      progress.update(len(indices))
+    try:
+      closed = True
+      writer.close()  # Writes what is buffered, and the index.
+    except Exception as e:  # pylint: disable=broad-except
+      raise _write_failed(root, e) from None
+  finally:
+    if not closed:
+      writer.close()
+  try:
+    # The bytes on disk before the name says the shard is complete.
+    descriptor = os.open(partial, os.O_RDONLY)
+    try:
+      os.fsync(descriptor)
+    finally:
+      os.close(descriptor)
+    record = {'file': shard.file, 'num_examples': shard.stop - shard.start,
+              'bytes': os.path.getsize(partial),
+              'sha256': array_records.sha256(partial)}
+    os.replace(partial, final)
+  except OSError as e:
+    raise _write_failed(root, e) from None
+  return record
+
+
+def _checked(images: list[bytes], labels: np.ndarray, indices: Sequence[int],
+             examples: Examples, source: EncodedSource) -> list[bytes]:
+  """`images`, each checked (cheaply: its first bytes) to be a JPEG or PNG,
+  and its label to be a class."""
+  for image, label, index in zip(images, labels, indices):
+    if not any(image.startswith(magic) for magic, _ in _SIGNATURES):
+      raise UserError(
+          f'{examples.describe(index)} is not a JPEG or PNG image (it starts '
+          f'with {bytes(image[:8])!r}); fix or remove it, then run the same '
+          'command again.')
+    if not 0 <= label < source.num_classes:
+      raise UserError(f'{examples.describe(index)} has label {label}, not one '
+                      f'of the {source.num_classes} classes.')
+  return images
+
+
+def _write_failed(root, error: BaseException) -> UserError:
+  return UserError(f'writing to {root} failed ({describe(error)}); make room '
+                   'or fix the disk, then run the same command again to '
+                   'continue.')
+
+
+def _append(progress, record: dict[str, Any]):
+  # One write of a whole line: a stop leaves whole lines, or a last one cut
+  # short on a power loss, which is read as unfinished.
+  try:
+    with open(progress, 'a', encoding='utf-8') as f:
+      f.write(json.dumps(record) + '\n')
+  except OSError as e:
+    raise _write_failed(progress.parent, e) from None
+
+
+def _write_json(path, value, jsonl: bool = False):
+  """Writes `path` whole or not at all (a temporary file, then renamed)."""
+  text = json.dumps(value) + '\n' if jsonl else json.dumps(value, indent=1)
+  temporary = os.fspath(path) + PARTIAL
+  try:
+    with open(temporary, 'w', encoding='utf-8') as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temporary, path)
+  except OSError as e:
+    raise _write_failed(path.parent, e) from None
+
+
+def _remove(path):
+  try:
+    os.remove(path)
+  except FileNotFoundError:
+    pass
+
+
+def _fsync_dir(root):
+  descriptor = os.open(root, os.O_RDONLY)
+  try:
+    os.fsync(descriptor)
+  finally:
+    os.close(descriptor)
+
+
+def _manifest(settings: dict[str, Any], plan: list[_Shard],
+              finished: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  splits = {}
+  for split, size in settings['splits'].items():
+    shards = [finished[s.file] for s in plan if s.split == split]
+    splits[split] = {'num_examples': size, 'shards': [
+        {key: shard[key] for key in ('file', 'num_examples', 'bytes',
+                                     'sha256')} for shard in shards]}
+  return {'format': array_records.FORMAT, 'version': array_records.VERSION,
+          'source': settings['source'], 'data_dir': settings['data_dir'],
+          'examples_per_shard': settings['examples_per_shard'],
+          'class_names': settings['class_names'], 'splits': splits}
+
+
+class _Progress:
+  """A line on stderr at most every PROGRESS_SECONDS: done, rate, ETA."""
+
+  def __init__(self, total: int):
+    self.total, self.done = total, 0
+    self.started = self._last = time.monotonic()
+
+  def update(self, n: int):
+    self.done += n
+    now = time.monotonic()
+    if now - self._last >= PROGRESS_SECONDS and self.done < self.total:
+      self._last = now
+      rate = self.rate()
+      eta = (self.total - self.done) / rate if rate else 0
+      print(f'{self.done:,}/{self.total:,} examples '
+            f'({100 * self.done // self.total}%), {rate:,.0f} examples/s, '
+            f'ETA {_duration(eta)}', file=sys.stderr, flush=True)
+
+  def rate(self) -> float:
+    elapsed = time.monotonic() - self.started
+    return self.done / elapsed if elapsed > 0 else 0.0
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+def _size(n: int) -> str:
+  for unit in ('bytes', 'KB', 'MB', 'GB'):
+    if n < 1000 or unit == 'GB':
+      return f'{n:,} {unit}' if unit == 'bytes' else f'{n:,.1f} {unit}'
+    n /= 1000
+  return ''
+
+
+def _report(src: str, dst: str, written: Written) -> str:
+  manifest = written.manifest
+  parts = [f'{name} {info["num_examples"]:,} examples in '
+           f'{len(info["shards"])} shards'
+           for name, info in manifest['splits'].items()]
+  size = sum(s['bytes'] for i in manifest['splits'].values()
+             for s in i['shards'])
+  total = sum(len(i['shards']) for i in manifest['splits'].values())
+  if not written.shards_written:
+    done = 'all there already; nothing written'
+  else:
+    done = (f'{written.examples_per_second:,.0f} examples/s' +
+            (f'; wrote {written.shards_written} of the {total} shards, the '
+             'others were there' if written.shards_written < total else ''))
+  return (f'Prepared {src} in {dst}: {", ".join(parts)}, {_size(size)} '
+          f'({done}). Train on it with --config.dataset=records:{dst}')
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
