@@ -205,14 +205,13 @@ def _read_encoded(source: EncodedSource, train_split, eval_splits,
   image_codec.check_channels(options.image_channels)
   splits = {split: source.select(split)
             for split in (train_split, *eval_splits)}
-  for split, examples in splits.items():
-    if not len(examples):
-      raise UserError(f'split {split!r} of {source.name} has no examples.')
+  _check_not_empty(source, splits)
   channels = options.image_channels or _first_image_channels(
-      splits[train_split])
+      splits[train_split], options.skip_bad_images)
   if options.skip_bad_images:
     splits = {split: decoding.without_bad_images(examples, channels, split)
               for split, examples in splits.items()}
+    _check_not_empty(source, splits, ' that decode')
   train = splits[train_split]
   evals = {split: splits[split] for split in eval_splits}
   first = decoding.decode_all(_First(train), channels)['image'][0]
@@ -258,13 +257,24 @@ class _First:
     return self.examples.describe(index)
 
 
-def _first_image_channels(examples) -> int:
-  encoded, _ = examples.read([0])
-  try:
-    return image_codec.stored_channels(encoded[0])
-  except tf.errors.InvalidArgumentError:
-    decoding.check(examples, 0, encoded[0], 3, None)  # Names the image.
-    raise
+def _check_not_empty(source: EncodedSource, splits, which: str = ''):
+  for split, examples in splits.items():
+    if not len(examples):
+      raise UserError(f'split {split!r} of {source.name} has no '
+                      f'examples{which}.')
+
+
+def _first_image_channels(examples, skip_bad_images: bool) -> int:
+  """1 if the first training image (that decodes) is grey, else 3."""
+  for index in range(len(examples) if skip_bad_images else 1):
+    encoded, _ = examples.read([index])
+    try:
+      return image_codec.stored_channels(encoded[0])
+    except tf.errors.InvalidArgumentError:
+      if not skip_bad_images:
+        decoding.check(examples, index, encoded[0], 3, None)  # Names it.
+        raise
+  return 3  # None decodes: without_bad_images says so.
 
 
 def _read_idx(name, data_dir, train_split, eval_splits, preprocessing):

@@ -73,6 +73,8 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
       without images, a class without training images, an unreadable entry
       or a link loop.
   """
+  if '://' not in path:
+    path = os.path.expanduser(path)
   root = _Folder(path)
   if not root.is_dir(path):
     raise UserError(f'dataset folder {path} does not exist (or is not a '

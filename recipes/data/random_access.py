@@ -117,7 +117,9 @@ class RandomAccessDataset:
   def _stream(self, first: int, stop: int, make: Callable) -> Iterator[Batch]:
     steps = grain.MapDataset.range(first, stop).map(make)
     return iter(steps.to_iter_dataset(grain.ReadOptions(
-        num_threads=self.threads, prefetch_buffer_size=2 * self.threads)))
+        # Each thread's batch, and one more: a streamed batch of large images
+        # is tens of MB.
+        num_threads=self.threads, prefetch_buffer_size=self.threads + 1)))
 
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
                     num_steps: int) -> Iterator[Batch]:

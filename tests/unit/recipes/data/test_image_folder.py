@@ -311,3 +311,18 @@ def test_an_encoded_png_round_trips(tmp_path):
   (tmp_path / 'train' / 'a' / 'x.PNG').write_bytes(buffer.getvalue())
   data = _load(str(tmp_path), evals=('train',))
   np.testing.assert_array_equal(data.train['image'][0, ..., 0], image)
+
+
+def test_a_split_of_only_damaged_images_is_one_line(tmp_path):
+  write_png_folder(str(tmp_path), {'train': (_images(2), [0, 1])})
+  for png in (tmp_path / 'train').rglob('*.png'):
+    png.write_bytes(b'\x89PNG\r\n\x1a\n broken')
+  with pytest.raises(UserError) as e:
+    _load(str(tmp_path), evals=('train',), skip_bad_images=True)
+  _one_line(e, "split 'train'", 'no examples that decode')
+
+
+def test_a_home_relative_folder_is_found(tmp_path, monkeypatch):
+  monkeypatch.setenv('HOME', str(tmp_path))
+  write_png_folder(str(tmp_path / 'pets'), {'train': (_images(2), [0, 1])})
+  assert len(image_folder.open('~/pets').splits['train']) == 2

@@ -1,0 +1,148 @@
+"""The user's own images at real size: Fashion-MNIST's 70,000 images as a
+PNG folder, and the same prepared into ArrayRecord and streamed, through the
+training command as users run it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from recipes.checkpoint import class_names
+from recipes.data import datasets, idx
+from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
+                           write_fashion_mnist_folder, write_png_folder)
+
+pytestmark = pytest.mark.slow  # Commands as processes, 70,000 images.
+
+NUM_STEPS = 60
+# Random augmentation on, so that the per-example seeds are exercised too.
+OVERRIDES = dict(batch_size=64, num_train_steps=NUM_STEPS,
+                 checkpoint_every_steps=20, log_every_steps=20,
+                 eval_every_steps=NUM_STEPS, augment='cifar',
+                 randaugment_layers=1, data_source='stream')
+
+
+@pytest.fixture(scope='module')
+def fashion_mnist_png(tmp_path_factory):
+  if not os.path.isdir(idx.FASHION_MNIST_DIR):
+    pytest.skip(f'needs Debian\'s dataset-fashion-mnist in '
+                f'{idx.FASHION_MNIST_DIR}')
+  return write_fashion_mnist_folder(
+      idx.FASHION_MNIST_DIR, str(tmp_path_factory.mktemp('fm') / 'png'))
+
+
+@pytest.fixture(scope='module')
+def fashion_mnist_records(fashion_mnist_png, tmp_path_factory):
+  records = str(tmp_path_factory.mktemp('fm_records') / 'records')
+  subprocess.run([sys.executable, '-m', 'recipes.data.prepare',
+                  f'folder:{fashion_mnist_png}', records], cwd=ROOT,
+                 check=True, capture_output=True, timeout=300)
+  return records
+
+
+def test_the_png_folder_holds_exactly_the_idx_examples(fashion_mnist_png):
+  """In memory, all 70,000: the same pixels and labels as the IDX files, in
+  the folder's order (by class, then file)."""
+  folder = datasets.load(f'folder:{fashion_mnist_png}', None, 'train',
+                         ['test'])
+  assert type(folder).__name__ == 'InMemoryDataset'
+  reference = idx.load_splits(None, ['train', 'test'])
+  for loaded, arrays in zip((folder.train, folder.eval), reference):
+    order = np.argsort(arrays['label'], kind='stable')
+    np.testing.assert_array_equal(loaded['label'], arrays['label'][order])
+    np.testing.assert_array_equal(loaded['image'], arrays['image'][order])
+
+
+def _command(dataset, workdir):
+  return [sys.executable, '-m', 'recipes.train',
+          '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
+          f'--config.dataset={dataset}',
+          *(f'--config.{k}={v}' for k, v in OVERRIDES.items())]
+
+
+def _run(command, devices_per_process=2, timeout=600):
+  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=command_env(
+                              JAX_NUM_CPU_DEVICES=str(devices_per_process)))
+  assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+  return result.stdout + result.stderr
+
+
+def _assert_bitwise_equal(a, b):
+  assert a[0] == b[0] == NUM_STEPS
+  for x, y in zip(jax.tree.leaves(a[1]), jax.tree.leaves(b[1])):
+    np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope='module')
+def one_process(fashion_mnist_records, tmp_path_factory):
+  """1 process x 2 devices, streamed from the records, uninterrupted."""
+  workdir = tmp_path_factory.mktemp('one_process')
+  log = _run(_command(f'records:{fashion_mnist_records}', workdir))
+  assert 'streamed: 60000 training images' in log
+  assert 'over 10000 examples of test' in log
+  return workdir
+
+
+def test_two_processes_stream_the_same_batches_bitwise(
+    fashion_mnist_records, one_process, tmp_path):
+  _run([LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=1', '--',
+        *_command(f'records:{fashion_mnist_records}', tmp_path)],
+       devices_per_process=1)
+  _assert_bitwise_equal(saved_params(tmp_path), saved_params(one_process))
+  assert json.loads((tmp_path / class_names.FILE).read_text())[0] == (
+      '0_T-shirt_top')
+
+
+def test_a_sigkill_mid_run_resumes_bitwise(fashion_mnist_records,
+                                           one_process, tmp_path):
+  command = _command(f'records:{fashion_mnist_records}', tmp_path)
+  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True,
+                             env=command_env(JAX_NUM_CPU_DEVICES='2'))
+  checkpoints = tmp_path / 'checkpoints'
+  try:
+    while not (checkpoints.is_dir() and any(
+        p.name.isdigit() for p in checkpoints.iterdir())):
+      assert process.poll() is None, process.stdout.read()[-3000:]
+      try:
+        process.wait(timeout=0.05)
+      except subprocess.TimeoutExpired:
+        pass
+  finally:
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+  log = _run(command)
+  assert 'Resuming from the checkpoint of step' in log
+  _assert_bitwise_equal(saved_params(tmp_path), saved_params(one_process))
+
+
+def test_resuming_on_other_classes_is_one_line_and_changes_nothing(
+    tmp_path):
+  rng = np.random.default_rng(0)
+  folders = {}
+  for name, classes in (('pets', ('cat', 'dog')), ('birds', ('jay', 'owl'))):
+    folders[name] = write_png_folder(str(tmp_path / name), {
+        split: (rng.integers(0, 256, (16, 28, 28, 1), np.uint8),
+                np.arange(16) % 2) for split in ('train', 'test')}, classes)
+  workdir = tmp_path / 'run'
+  short = ['--config.num_train_steps=2', '--config.batch_size=8',
+           '--config.checkpoint_every_steps=2']
+  _run(_command(f'folder:{folders["pets"]}', workdir) + short)
+  before = {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()
+            and 'summaries' not in p.parts and p.name != 'run.lease'}
+  result = subprocess.run(
+      _command(f'folder:{folders["birds"]}', workdir) + short, cwd=ROOT,
+      capture_output=True, text=True, timeout=300, env=command_env())
+  assert result.returncode != 0
+  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1, result.stderr[-3000:]
+  assert "label 0 was '0_cat', is '0_jay'" in errors[0], errors[0]
+  assert 'Traceback' not in result.stderr
+  after = {p: p.read_bytes() for p in before}
+  assert after == before
