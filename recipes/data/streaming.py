@@ -1,4 +1,8 @@
-"""Streams TFDS datasets too large for memory (ImageNet-style JPEGs).
+"""Streams TFDS datasets too large for memory (ImageNet-style JPEGs) from
+TFRecord files, which can only be read in sequence. (Builds in the
+array_record format, and everything else streamed, are read by index in the
+in-memory order instead: recipes/data/random_access.py;
+`python -m recipes.data.prepare` copies a TFRecord build into ArrayRecord.)
 
 Images stay encoded JPEGs for presets that decode them themselves (the
 'imagenet' crop decodes only its window); others get decoded images.
