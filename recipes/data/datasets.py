@@ -42,8 +42,8 @@ from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
 from recipes.data.random_access import RandomAccessDataset
 from recipes.runtime.errors import UserError
 
-# Datasets read from IDX files, and their number of classes.
-OFFLINE_DATASETS = {'fashion_mnist_idx': 10}
+# Datasets read from IDX files, and their class names.
+OFFLINE_DATASETS = {'fashion_mnist_idx': idx.FASHION_MNIST_CLASSES}
 # TFDS builders of JPEGs too many or too large for memory.
 STREAMED = frozenset({
     'imagenet2012', 'imagenet2012_subset', 'imagenet_v2', 'imagenet_a',
@@ -281,7 +281,8 @@ def _read_idx(name, data_dir, train_split, eval_splits, preprocessing):
   train, *evals = idx.load_splits(data_dir, [train_split, *eval_splits])
   preprocessing.check_channels(train['image'].shape[1:])
   return InMemoryDataset(train=train, evals=dict(zip(eval_splits, evals)),
-                         num_classes=OFFLINE_DATASETS[name],
+                         num_classes=len(OFFLINE_DATASETS[name]),
+                         class_names=OFFLINE_DATASETS[name],
                          preprocessing=preprocessing)
 
 
@@ -298,14 +299,16 @@ def _read_tfds_into_memory(name, data_dir, train_split, eval_splits,
       train=tfds_source.read_split(builder, train_split),
       evals={s: tfds_source.read_split(builder, s) for s in eval_splits},
       num_classes=tfds_source.num_classes(builder),
-      preprocessing=preprocessing)
+      preprocessing=preprocessing,
+      class_names=tfds_source.class_names(builder))
 
 
 def _stream_tfds(name, data_dir, train_split, eval_splits, preprocessing):
   builder = _builder(name, data_dir, preprocessing)
   return streaming.StreamingDataset(builder, train_split, eval_splits,
                                     tfds_source.num_classes(builder),
-                                    preprocessing)
+                                    preprocessing,
+                                    tfds_source.class_names(builder))
 
 
 # (name, data_dir, train_split, eval_splits, preprocessing) -> Dataset

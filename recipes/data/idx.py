@@ -10,16 +10,21 @@ here as in TFDS.
 """
 
 import gzip
+import io
 import os
 from typing import Sequence
 
 import numpy as np
+from PIL import Image
 
 from recipes.data import splits as splits_lib
+from recipes.data.examples import EncodedSource
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
 FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+FASHION_MNIST_CLASSES = ('T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat',
+                         'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot')
 _WHERE = 'an IDX dataset'
 _SPLIT_PREFIX = {'train': 'train', 'test': 't10k'}
 # IDX type codes (third byte of the magic number) and their big-endian dtypes.
@@ -128,3 +133,52 @@ def _load_files(data_dir: str | None, split: str) -> dict[str, np.ndarray]:
                     f'{len(labels)} labels; reinstall the dataset package.')
   return {'image': images[..., None].astype(np.uint8),
           'label': labels.astype(np.int64)}
+
+
+def encoded(data_dir: str | None, splits: Sequence[str] = ()
+            ) -> EncodedSource:
+  """The IDX files as encoded images (each a PNG, lossless), for
+  `python -m recipes.data.prepare fashion_mnist_idx DST`.
+
+  Args:
+    data_dir: the folder of the four IDX .gz files; None: FASHION_MNIST_DIR.
+    splits: the whole splits to read ('train', 'test'); empty: both.
+
+  Returns:
+    The splits, and Fashion-MNIST's class names.
+
+  Raises:
+    UserError: for another split, or missing or broken files.
+  """
+  for split in splits:
+    if split not in _SPLIT_PREFIX:
+      raise UserError(f'fashion_mnist_idx has no split {split!r} (it has '
+                      f'{", ".join(_SPLIT_PREFIX)}).')
+  names = [s for s in _SPLIT_PREFIX if s in splits or not splits]
+  where = data_dir or FASHION_MNIST_DIR
+  return EncodedSource('fashion_mnist_idx', FASHION_MNIST_CLASSES, {
+      name: _PngImages(arrays['image'][..., 0], arrays['label'],
+                       f'{where} ({name})')
+      for name, arrays in zip(names, load_splits(data_dir, names))})
+
+
+class _PngImages:
+  """IDX images, each encoded as a PNG when read."""
+
+  def __init__(self, images: np.ndarray, labels: np.ndarray, where: str):
+    self._images, self._labels, self._where = images, labels, where
+
+  def __len__(self) -> int:
+    return len(self._labels)
+
+  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
+    encoded = []
+    for i in indices:
+      buffer = io.BytesIO()
+      Image.fromarray(self._images[i], 'L').save(buffer, 'PNG')
+      encoded.append(buffer.getvalue())
+    return encoded, self._labels[np.asarray(indices, np.int64)].astype(
+        np.int64)
+
+  def describe(self, index: int) -> str:
+    return f'image {index} of the IDX files in {self._where}'

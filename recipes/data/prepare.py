@@ -21,7 +21,6 @@ and exit status 1 (2 for a usage error).
 
 import argparse
 import dataclasses
-import io
 import json
 import logging
 import math
@@ -32,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recipes.data import array_records
+from recipes.data import array_records, idx
 from recipes.data.examples import EncodedSource, Examples
 from recipes.runtime import library_noise, storage
 from recipes.runtime.errors import UserError, describe, shorten
@@ -43,8 +42,6 @@ DEFAULT_EXAMPLES_PER_SHARD = 1000
 PROGRESS_SECONDS = 5.0  # The most often a progress line is written.
 _READ_CHUNK = 256  # Examples read from the source at once.
 # Fashion-MNIST's classes, in label order (as TFDS names them).
-FASHION_MNIST_CLASSES = ('T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat',
-                         'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot')
 _SIGNATURES = ((b'\xff\xd8\xff', 'JPEG'), (b'\x89PNG\r\n\x1a\n', 'PNG'))
 
 
@@ -287,49 +284,8 @@ def open_source(src: str, data_dir: str | None, splits: Sequence[str] = ()
     # pylint: enable=g-import-not-at-top
     return array_records.open(where), f'records:{where}'
   if src == 'fashion_mnist_idx':
-    return _idx_source(data_dir, splits), src
+    return idx.encoded(data_dir, splits), src
   return _tfds_source(src, data_dir), src
-
-
-def _idx_source(data_dir: str | None, splits: Sequence[str]) -> EncodedSource:
-  from recipes.data import idx  # pylint: disable=g-import-not-at-top
-
-  # Only the files of the splits asked for are read.
-  names = [s for s in ('train', 'test') if s in splits or not splits]
-  for split in splits:
-    if split not in ('train', 'test'):
-      raise UserError(f'fashion_mnist_idx has no split {split!r} (it has '
-                      'train, test).')
-  loaded = idx.load_splits(data_dir, names)
-  where = data_dir or idx.FASHION_MNIST_DIR
-  return EncodedSource(
-      'fashion_mnist_idx', FASHION_MNIST_CLASSES,
-      {name: _IdxImages(arrays['image'][..., 0], arrays['label'],
-                        f'{where} ({name})')
-       for name, arrays in zip(names, loaded)})
-
-
-class _IdxImages:
-  """IDX images, each encoded as a PNG (lossless) when read."""
-
-  def __init__(self, images: np.ndarray, labels: np.ndarray, where: str):
-    self._images, self._labels, self._where = images, labels, where
-
-  def __len__(self) -> int:
-    return len(self._labels)
-
-  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
-    from PIL import Image  # pylint: disable=g-import-not-at-top
-    encoded = []
-    for i in indices:
-      buffer = io.BytesIO()
-      Image.fromarray(self._images[i], 'L').save(buffer, 'PNG')
-      encoded.append(buffer.getvalue())
-    return encoded, self._labels[np.asarray(indices, np.int64)].astype(
-        np.int64)
-
-  def describe(self, index: int) -> str:
-    return f'image {index} of the IDX files in {self._where}'
 
 
 def _tfds_source(name: str, data_dir: str | None) -> EncodedSource:
@@ -346,64 +302,9 @@ def _tfds_source(name: str, data_dir: str | None) -> EncodedSource:
     raise UserError(
         f'unknown SRC {name!r}: give folder:PATH, hf:NAME, records:PATH, '
         'fashion_mnist_idx or a TFDS dataset name.') from None
-  features = builder.info.features
-  if ('image' not in features or 'label' not in features
-      or not hasattr(features['label'], 'names')):
-    raise UserError(f'TFDS dataset {name!r} has no image and ClassLabel label '
-                    'features; only image classification datasets can be '
-                    'prepared.')
-  file_format = getattr(builder.info.file_format, 'value',
-                        builder.info.file_format)
-  if file_format == 'array_record':
+  if tfds_source.is_array_record(builder):
     return array_records.open_tfds(builder)
-  splits = {split: _TfdsSplit(builder, split, info.num_examples)
-            for split, info in builder.info.splits.items()}
-  return EncodedSource(f'TFDS dataset {name!r}', tuple(features['label'].names),
-                       splits)
-
-
-class _TfdsSplit:
-  """A TFDS split's encoded images, read in order (a read elsewhere starts
-  a new pass there, by TFDS's slicing)."""
-
-  def __init__(self, builder, split: str, size: int):
-    self._builder, self._split, self._size = builder, split, size
-    self._position, self._batches, self._buffer = None, None, []
-
-  def __len__(self) -> int:
-    return self._size
-
-  def _start(self, index: int):
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    dataset = self._builder.as_dataset(
-        split=f'{self._split}[{index}:]', shuffle_files=False,
-        decoders={'image': tfds.decode.SkipDecoding()},
-        # One file at a time: the order of the split's indices.
-        read_config=tfds.ReadConfig(interleave_cycle_length=1))
-    dataset = dataset.map(lambda x: (x['image'], x['label']))
-    self._batches = dataset.batch(_READ_CHUNK).prefetch(2).as_numpy_iterator()
-    self._position, self._buffer = index, []
-
-  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
-    images, labels = [], []
-    for index in indices:
-      if index != self._position:
-        self._start(index)
-      if not self._buffer:
-        batch = next(self._batches, None)
-        if batch is None:
-          raise UserError(f'{self.describe(index)} is missing: the split has '
-                          'fewer examples than its metadata says.')
-        self._buffer = list(zip(*batch))[::-1]
-      image, label = self._buffer.pop()
-      images.append(bytes(image))
-      labels.append(int(label))
-      self._position += 1
-    return images, np.asarray(labels, np.int64)
-
-  def describe(self, index: int) -> str:
-    return (f'example {index} of split {self._split} of TFDS dataset '
-            f'{self._builder.name!r}')
+  return tfds_source.encoded(builder)
 
 
 def _settings(source: EncodedSource, key: str, data_dir: str | None,

@@ -6,11 +6,13 @@ first and an unreachable one is reported at once.
 """
 
 import urllib.parse
+from typing import Sequence
 
 import numpy as np
 import requests
 import tensorflow_datasets as tfds
 
+from recipes.data.examples import EncodedSource
 from recipes.runtime.errors import UserError
 
 _FEATURES = ('image', 'label')
@@ -165,3 +167,79 @@ def read_split(builder, split: str) -> dict[str, np.ndarray]:
   if not chunks:
     raise _empty(builder, split)
   return {k: np.concatenate([c[k] for c in chunks]) for k in _FEATURES}
+
+
+def class_names(builder) -> tuple[str, ...]:
+  """The names of the label's classes; () if the label has none."""
+  return tuple(getattr(builder.info.features['label'], 'names', ()) or ())
+
+
+def encoded(builder) -> EncodedSource:
+  """A prepared TFDS builder's splits as encoded images, for `python -m
+  recipes.data.prepare NAME DST` (read in order: TFRecord files have no
+  index).
+
+  Args:
+    builder: a prepared builder with an `image` and a ClassLabel `label`.
+
+  Returns:
+    Its splits and class names.
+
+  Raises:
+    UserError: a dataset without those features.
+  """
+  features = builder.info.features
+  if ('image' not in features or 'label' not in features
+      or not class_names(builder)):
+    raise UserError(f'TFDS dataset {builder.name!r} has no image and '
+                    'ClassLabel label features; only image classification '
+                    'datasets can be prepared.')
+  return EncodedSource(
+      f'TFDS dataset {builder.name!r}', class_names(builder),
+      {split: _InOrder(builder, split, info.num_examples)
+       for split, info in builder.info.splits.items()})
+
+
+class _InOrder:
+  """A TFDS split's encoded images, read in order (a read elsewhere starts
+  a new pass there, by TFDS's slicing)."""
+
+  _CHUNK = 256  # Examples read at once.
+
+  def __init__(self, builder, split: str, size: int):
+    self._builder, self._split, self._size = builder, split, size
+    self._position, self._batches, self._buffer = None, None, []
+
+  def __len__(self) -> int:
+    return self._size
+
+  def _start(self, index: int):
+    dataset = self._builder.as_dataset(
+        split=f'{self._split}[{index}:]', shuffle_files=False,
+        decoders={'image': tfds.decode.SkipDecoding()},
+        # One file at a time: the order of the split's indices.
+        read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    dataset = dataset.map(lambda x: (x['image'], x['label']))
+    self._batches = dataset.batch(self._CHUNK).prefetch(2).as_numpy_iterator()
+    self._position, self._buffer = index, []
+
+  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
+    images, labels = [], []
+    for index in indices:
+      if index != self._position:
+        self._start(index)
+      if not self._buffer:
+        batch = next(self._batches, None)
+        if batch is None:
+          raise UserError(f'{self.describe(index)} is missing: the split has '
+                          'fewer examples than its metadata says.')
+        self._buffer = list(zip(*batch))[::-1]
+      image, label = self._buffer.pop()
+      images.append(bytes(image))
+      labels.append(int(label))
+      self._position += 1
+    return images, np.asarray(labels, np.int64)
+
+  def describe(self, index: int) -> str:
+    return (f'example {index} of split {self._split} of TFDS dataset '
+            f'{self._builder.name!r}')

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from recipes.data import prepare
 from tests.helpers import ROOT, command_env, write_fashion_mnist
 
 # Each test starts the command: the slow tier.
@@ -74,8 +75,10 @@ def test_killed_run_continues_to_the_same_files(idx_dir, whole, tmp_path):
                              stderr=subprocess.DEVNULL)
   deadline = time.monotonic() + TIMEOUT
   try:
-    while not (dst.exists() and any(
-        name.endswith('.array_record') for name in os.listdir(dst))):
+    # A shard is done once the progress file lists it (after its rename).
+    progress = dst / prepare.PROGRESS
+    while not (progress.exists()
+               and len(progress.read_text().splitlines()) >= 2):
       assert process.poll() is None, 'it ended before writing a shard'
       assert time.monotonic() < deadline, 'no shard written in time'
       time.sleep(0.002)
