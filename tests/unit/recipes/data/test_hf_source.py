@@ -13,7 +13,9 @@ import numpy as np
 import PIL.Image
 import pytest
 
+from recipes.data import datasets as recipes_datasets
 from recipes.data import hf_source
+from recipes.data.preprocess import Preprocessing
 from recipes.runtime.errors import UserError
 
 
@@ -406,3 +408,24 @@ def test_an_unreadable_parquet_file(tmp_path):
   (tmp_path / 'bad.parquet').write_bytes(b'not parquet')
   with pytest.raises(UserError, match='hf:.*bad.parquet could not be read'):
     hf_source.open(str(tmp_path / 'bad.parquet'))
+
+
+@pytest.mark.parametrize('data_source', ['memory', 'stream'])
+def test_hf_trains_through_the_dataset_registry(tmp_path, data_source):
+  """--config.dataset=hf:PATH: batches in memory or streamed, the same."""
+  train, test = pixels(12, seed=3), pixels(4, seed=4)
+  names = datasets.ClassLabel(names=['cat', 'dog'])
+  datasets.DatasetDict({
+      'train': image_dataset(train, [i % 2 for i in range(12)], names),
+      'test': image_dataset(test, [0, 1, 0, 1], names),
+  }).save_to_disk(str(tmp_path / 'saved'))
+  data = recipes_datasets.load(f'hf:{tmp_path / "saved"}', None,
+                               preprocessing=Preprocessing('cifar'),
+                               data_source=data_source)
+  assert data.class_names == ('cat', 'dog') and data.image_shape == (5, 7, 3)
+  batch = next(data.train_batches(batch_size=4, seed=0, start_step=0,
+                                  num_steps=1))
+  assert batch['image'].shape == (4, 5, 7, 3)
+  evals = list(data.eval_batches(batch_size=4))
+  np.testing.assert_array_equal(evals[0]['image'],
+                                np.stack(test).astype(np.float32) / 255)
