@@ -133,6 +133,7 @@ class ShardedExamples:
     self._shards = tuple(_Shard(os.fspath(f), n) for f, n in shards)
     self._ends = np.cumsum([s.examples_in_shard for s in self._shards])
     self._where = where
+    self._remote = any('://' in s.filename for s in self._shards)
     self._source = None
     self._lock = threading.Lock()  # Reading threads open the files once.
 
@@ -158,7 +159,11 @@ class ShardedExamples:
         # prepare command need not spend.
         self._source = grain.sources.ArrayRecordDataSource(
             list(self._shards))
-    return list(self._source.__getitems__(indices))
+    if self._remote:  # Batched reads overlap the requests to a bucket.
+      return list(self._source.__getitems__(indices))
+    # Local files: one at a time is 4-9x faster for small records (28x28
+    # PNGs), about as fast for JPEGs.
+    return [self._source[i] for i in indices]
 
   def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
     """See `Examples.read`."""
