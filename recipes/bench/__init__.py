@@ -1,7 +1,9 @@
 """Benchmarks: `python -m recipes.bench` times the train step (step.py) or,
 with `--input_only`, the input pipeline (input.py); `python -m
-recipes.bench.epoch` a whole epoch of the recipe and `python -m
-recipes.bench.checkpoints` saving and restoring."""
+recipes.bench.epoch` a whole epoch of the recipe, `python -m
+recipes.bench.checkpoints` saving and restoring, and `python -m
+recipes.bench.input_sources` the streamed sources (image folders, ArrayRecord)
+against tf.data on the same images."""
 
 import json
 import sys
@@ -25,7 +27,8 @@ def main(argv: list[str] | None = None) -> dict:
   try:
     if args.input_only:
       # Only this mode needs TensorFlow; the step bench runs without it.
-      from recipes.bench import input as input_bench  # pylint: disable=g-import-not-at-top
+      from recipes.bench import \
+          input as input_bench  # pylint: disable=g-import-not-at-top
       result = input_bench.measure(args)
     else:
       result = step.measure(args)
