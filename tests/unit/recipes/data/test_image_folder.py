@@ -98,15 +98,15 @@ def test_processes_stream_their_rows_of_the_same_global_batches(
     grey_folder, monkeypatch, process_count):
   folder = grey_folder[0]
   preprocessing = Preprocessing('cifar', randaugment_layers=1)
-  whole = _train(_load(folder, preprocessing, 'stream'), batch_size=8)
-  whole_eval = list(_load(folder, preprocessing, 'stream').eval_batches(
-      batch_size=8))
+  data = _load(folder, preprocessing, 'stream')
+  whole = _train(data, batch_size=8, num_steps=6)
+  whole_eval = list(data.eval_batches(batch_size=8))
   parts, eval_parts = [], []
   for index in range(process_count):
     monkeypatch.setattr('jax.process_count', lambda: process_count)
     monkeypatch.setattr('jax.process_index', lambda i=index: i)
     data = _load(folder, preprocessing, 'stream')
-    parts.append(_train(data, batch_size=8))
+    parts.append(_train(data, batch_size=8, num_steps=6))
     eval_parts.append(list(data.eval_batches(batch_size=8)))
   for joined, got in ((whole, parts), (whole_eval, eval_parts)):
     _assert_same(joined, [{k: np.concatenate([p[step][k] for p in got])
