@@ -76,8 +76,10 @@ def open(  # pylint: disable=redefined-builtin
   if not splits:
     raise UserError(f'{source} has no splits.')
   features = next(iter(splits.values())).features
-  image_column = _image_column(datasets, features, image_column, source)
-  label_column = _label_column(datasets, features, label_column, source)
+  image_column = _column(features, image_column, 'image', datasets.Image,
+                         IMAGE_NAMES, source)
+  label_column = _column(features, label_column, 'label',
+                         datasets.ClassLabel, LABEL_NAMES, source)
   for split, dataset in splits.items():
     missing = {image_column, label_column} - set(dataset.column_names)
     if missing:
@@ -301,37 +303,24 @@ def _hub_cache() -> str:
   return huggingface_hub.constants.HF_HUB_CACHE
 
 
-def _image_column(datasets, features, column: str, source: str) -> str:
+def _column(features, column: str, kind: str, feature_type, names,
+            source: str) -> str:
+  """The `kind` ('image' or 'label') column: `column` if given, else the
+  first of type `feature_type`, else the first named one of `names`."""
   if column:
-    _check_exists(features, column, 'image', source)
+    _check_exists(features, column, kind, source)
     return column
   for name, feature in features.items():
-    if isinstance(feature, datasets.Image):
+    if isinstance(feature, feature_type):
       return name
-  for name in IMAGE_NAMES:
+  for name in names:
     if name in features:
       return name
-  raise UserError(f'{source} has no column of Image type or named '
-                  f'{"/".join(IMAGE_NAMES)} (its columns: '
-                  f'{", ".join(features)}); name the image column with '
-                  '--config.image_column (and the labels with '
-                  '--config.label_column).')
-
-
-def _label_column(datasets, features, column: str, source: str) -> str:
-  if column:
-    _check_exists(features, column, 'label', source)
-    return column
-  for name, feature in features.items():
-    if isinstance(feature, datasets.ClassLabel):
-      return name
-  for name in LABEL_NAMES:
-    if name in features:
-      return name
-  raise UserError(f'{source} has no column of ClassLabel type or named '
-                  f'{"/".join(LABEL_NAMES)} (its columns: '
-                  f'{", ".join(features)}); name the label column with '
-                  '--config.label_column.')
+  raise UserError(f'{source} has no column of {feature_type.__name__} type '
+                  f'or named {"/".join(names)} (its columns: '
+                  f'{", ".join(features)}); name the {kind} column with '
+                  f'--config.{kind}_column (and the other with '
+                  '--config.image_column or --config.label_column).')
 
 
 def _check_exists(features, column: str, kind: str, source: str):
