@@ -266,30 +266,20 @@ def open_source(src: str, data_dir: str | None, splits: Sequence[str] = ()
   Raises:
     UserError: an unknown or unreadable source.
   """
-  prefix, colon, where = src.partition(':')
-  if colon and prefix in ('folder', 'hf', 'records'):
-    if not where:
-      raise UserError(f'SRC {src!r} names no path; write {prefix}:PATH.')
-    if prefix != 'hf' and '://' not in where:
-      where = os.path.abspath(os.path.expanduser(where))
-    if prefix != 'records':
-      library_noise.import_tensorflow()  # They decode with TensorFlow.
-    # pylint: disable=g-import-not-at-top
-    if prefix == 'folder':
-      from recipes.data import image_folder
-      return image_folder.open(where), f'folder:{where}'
-    if prefix == 'hf':
-      from recipes.data import hf_source
-      return hf_source.open(where), src
-    # pylint: enable=g-import-not-at-top
-    return array_records.open(where), f'records:{where}'
+  library_noise.import_tensorflow()  # Before the sources load it.
+  from recipes.data import datasets  # pylint: disable=g-import-not-at-top
+  prefix = datasets.encoded_prefix(src)
+  if prefix:
+    where = src.partition(':')[2]
+    if prefix != 'hf' and where and '://' not in where:
+      src = f'{prefix}:{os.path.abspath(os.path.expanduser(where))}'
+    return datasets.open_encoded(src), src
   if src == 'fashion_mnist_idx':
     return idx.encoded(data_dir, splits), src
   return _tfds_source(src, data_dir), src
 
 
 def _tfds_source(name: str, data_dir: str | None) -> EncodedSource:
-  library_noise.import_tensorflow()  # TFDS reads with tf.data.
   # pylint: disable=g-import-not-at-top
   import tensorflow_datasets as tfds
 
