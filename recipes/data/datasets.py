@@ -36,7 +36,7 @@ from absl import logging
 
 from recipes.data import decoding, idx, image_codec, streaming, tfds_source
 from recipes.data.dataset import Dataset
-from recipes.data.examples import EncodedSource
+from recipes.data.examples import EncodedSource, Selection
 from recipes.data.in_memory import InMemoryDataset
 from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
 from recipes.data.random_access import RandomAccessDataset
@@ -214,7 +214,8 @@ def _read_encoded(source: EncodedSource, train_split, eval_splits,
     _check_not_empty(source, splits, ' that decode')
   train = splits[train_split]
   evals = {split: splits[split] for split in eval_splits}
-  first = decoding.decode_all(_First(train), channels)['image'][0]
+  first_only = Selection(((train, 0, 1),))
+  first = decoding.decode_all(first_only, channels)['image'][0]
   preprocessing.check_channels(first.shape)
   keeps_size = not (preprocessing.augmentation.resizes
                     or preprocessing.takes_jpeg)
@@ -239,22 +240,6 @@ def _read_encoded(source: EncodedSource, train_split, eval_splits,
   return RandomAccessDataset(train, evals, source.num_classes, preprocessing,
                              channels, first.shape, options.data_threads,
                              source.class_names)
-
-
-class _First:
-  """The first example of `examples`, alone."""
-
-  def __init__(self, examples):
-    self.examples = examples
-
-  def __len__(self):
-    return 1
-
-  def read(self, indices):
-    return self.examples.read(indices)
-
-  def describe(self, index):
-    return self.examples.describe(index)
 
 
 def _check_not_empty(source: EncodedSource, splits, which: str = ''):
