@@ -13,6 +13,7 @@ names, over every split; each split lists its images sorted by class, then
 path, so every machine sees the same examples in the same order.
 """
 
+import concurrent.futures
 import dataclasses
 import os
 import pathlib
@@ -27,6 +28,9 @@ from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
 _ONE_SPLIT = 'train'  # The split of a folder of class folders.
+# Reads from a bucket overlap: its latency, not the cores, bounds them. (On a
+# local disk threads only add overhead: 60,000 small PNGs took a third longer.)
+_READERS = concurrent.futures.ThreadPoolExecutor(16, 'image_folder')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,8 +44,11 @@ class ImageFiles:
     return len(self.files)
 
   def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
-    """See `Examples.read`."""
-    return ([_read_bytes(self.files[i]) for i in indices],
+    """See `Examples.read`; files in a bucket are read side by side."""
+    files = [self.files[i] for i in indices]
+    remote = files and '://' in files[0]
+    return (list(_READERS.map(_read_bytes, files)) if remote
+            else [_read_bytes(f) for f in files],
             self.labels[np.asarray(indices, np.int64)])
 
   def describe(self, index: int) -> str:
