@@ -117,9 +117,9 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               "hf: the image column; '' = the column of Image type."),
         Field('label_column', '', text(),
               "hf: the label column; '' = the ClassLabel column."),
-        Field('data_threads', 0, integer(0, 256, note=' (0 = one per core)'),
-              'Streamed own images: batches decoded at once; 0 = one per '
-              'core.'),
+        Field('data_threads', 0, integer(0, 256, note=' (0 = automatic)'),
+              'Streamed own images: batches decoded at once; 0 = two per '
+              'core, up to 16.'),
         Field('augment', 'none', choice(*preprocess.AUGMENTATIONS),
               'Training augmentation: none | cifar (pad, crop, flip) | '
               'imagenet (random-resized crop of the JPEGs, flip) | finetune '

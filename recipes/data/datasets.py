@@ -64,7 +64,7 @@ class EncodedOptions:
   skip_bad_images: bool = False  # Leave out images that do not decode.
   image_column: str = ''  # hf: the columns; '': detected.
   label_column: str = ''
-  data_threads: int = 0  # Batches streamed at once; 0: one per core.
+  data_threads: int = 0  # Batches streamed at once; 0: automatic.
 
 
 def encoded_prefix(name: str) -> str | None:
