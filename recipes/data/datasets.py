@@ -217,15 +217,13 @@ def _read_encoded(source: EncodedSource, train_split, eval_splits,
   first_only = Selection(((train, 0, 1),))
   first = decoding.decode_all(first_only, channels)['image'][0]
   preprocessing.check_channels(first.shape)
-  keeps_size = not (preprocessing.augmentation.resizes
-                    or preprocessing.takes_jpeg)
   size = sum(map(len, (train, *evals.values()))) * first.nbytes
   if data_source == 'memory' and preprocessing.takes_jpeg:
     raise UserError(f'augment={preprocessing.augment!r} takes encoded JPEGs, '
                     'which only a streamed dataset keeps; set '
                     '--config.data_source=stream or auto.')
   in_memory = (data_source == 'memory' or
-               data_source == 'auto' and keeps_size
+               data_source == 'auto' and preprocessing.keeps_size
                and size <= IN_MEMORY_BYTES)
   logging.info('Reading %s (%d classes) %s: %d training images, as %s.',
                source.name, source.num_classes,

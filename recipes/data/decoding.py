@@ -64,7 +64,7 @@ def batch_function(preprocessing: Preprocessing, channels: int,
 
   def evaluate(encoded, seeds):
     del seeds
-    if preprocessing.augmentation.resizes or preprocessing.takes_jpeg:
+    if not preprocessing.keeps_size:
       return tf.map_fn(lambda x: preprocessing.eval(decode(x)), encoded,
                        fn_output_signature=tf.TensorSpec(inputs, tf.float32))
     # The stored size: decode, then the preset on the whole batch, as an
@@ -137,6 +137,14 @@ def _first_line(message: str) -> str:
   return message.strip().splitlines()[0][:200] if message.strip() else '?'
 
 
+def _chunks(examples: Examples):
+  """(indices, encoded images, labels) of every example, _CHUNK at a
+  time."""
+  for start in range(0, len(examples), _CHUNK):
+    indices = range(start, min(start + _CHUNK, len(examples)))
+    yield (indices, *examples.read(indices))
+
+
 def decode_all(examples: Examples, channels: int) -> dict[str, np.ndarray]:
   """Every example decoded, for an in-memory dataset: `image` uint8 [N, H,
   W, channels] and `label` int64 [N].
@@ -145,9 +153,7 @@ def decode_all(examples: Examples, channels: int) -> dict[str, np.ndarray]:
     UserError: a damaged image, or images of different sizes (naming one).
   """
   images, labels, shape = [], [], None
-  for start in range(0, len(examples), _CHUNK):
-    indices = range(start, min(start + _CHUNK, len(examples)))
-    encoded, chunk_labels = examples.read(indices)
+  for indices, encoded, chunk_labels in _chunks(examples):
     ds = tf.data.Dataset.from_tensor_slices(tf.constant(encoded, tf.string))
     try:  # One batch: iterating image by image cost more than decoding.
       decoded = list(ds.map(lambda e: image_codec.decode(e, channels),
@@ -192,9 +198,7 @@ def without_bad_images(examples: Examples, channels: int, split: str
   """`examples` less those that do not decode, which are counted in the
   log (with skip_bad_images)."""
   kept, bad = [], []
-  for start in range(0, len(examples), _CHUNK):
-    indices = range(start, min(start + _CHUNK, len(examples)))
-    encoded, _ = examples.read(indices)
+  for indices, encoded, _ in _chunks(examples):
     for index, data in zip(indices, encoded):
       try:
         image_codec.decode(data, channels)

@@ -336,6 +336,12 @@ class Preprocessing:
     return self.augmentation.train is not None or self.randaugment_layers > 0
 
   @property
+  def keeps_size(self) -> bool:
+    """Whether model inputs keep the stored images' size (which must then
+    be one size)."""
+    return not (self.augmentation.resizes or self.takes_jpeg)
+
+  @property
   def takes_jpeg(self) -> bool:
     """Whether the preset takes encoded JPEGs (streamed datasets only)."""
     return self.augmentation.takes_jpeg

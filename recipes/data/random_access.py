@@ -79,9 +79,8 @@ class RandomAccessDataset:
     self.num_classes = num_classes
     self.preprocessing = preprocessing
     self.channels = channels
-    keeps_size = not (preprocessing.augmentation.resizes
-                      or preprocessing.takes_jpeg)
-    self.stored_shape = tuple(stored_shape) if keeps_size else None
+    self.stored_shape = (tuple(stored_shape) if preprocessing.keeps_size
+                         else None)
     self.threads = threads or default_threads()
     self._functions = {
         train: decoding.batch_function(preprocessing, channels,
