@@ -78,12 +78,16 @@ def test_time_suspended_is_not_a_stall():
   assert stdout == 'finished\n'
 
 
-def _child_with_process_id(parent: int, process_id: int) -> int:
+def _child_with_process_id(parent: int, process_id: int) -> int | None:
   for pid in open(f'/proc/{parent}/task/{parent}/children').read().split():
-    with open(f'/proc/{pid}/environ', 'rb') as f:
-      if f'JAX_PROCESS_ID={process_id}'.encode() in f.read().split(b'\0'):
-        return int(pid)
-  raise AssertionError(f'no process {process_id} under {parent}')
+    try:
+      with open(f'/proc/{pid}/environ', 'rb') as f:
+        environ = f.read().split(b'\0')
+    except OSError:  # It has just exited.
+      continue
+    if f'JAX_PROCESS_ID={process_id}'.encode() in environ:
+      return int(pid)
+  return None
 
 
 @pytest.mark.slow
@@ -99,7 +103,7 @@ def test_a_hung_process_ends_the_whole_job_with_the_step_and_stacks(tmp_path):
        '--config.batch_size=16', '--config.num_train_steps=100000',
        '--config.log_every_steps=10', '--config.stall_timeout_seconds=10'],
       cwd=ROOT, env=command_env(), stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True)
+      stderr=subprocess.STDOUT, text=True, start_new_session=True)
   try:
     output = []
     for line in launcher.stdout:
@@ -107,6 +111,10 @@ def test_a_hung_process_ends_the_whole_job_with_the_step_and_stacks(tmp_path):
       if 'train/loss=' in line:  # Steps are running.
         break
     frozen = _child_with_process_id(launcher.pid, 1)
+    if frozen is None:  # Show why: the job's own output says.
+      rest, _ = launcher.communicate(timeout=60)
+      raise AssertionError('process 1 is not running:\n'
+                           + (''.join(output) + rest)[-3000:])
     os.kill(frozen, signal.SIGSTOP)
     frozen_at = time.monotonic()
     rest, _ = launcher.communicate(timeout=120)
