@@ -73,6 +73,7 @@ def run(config, workdir: str, use_distributed: bool = False):
         storage.path(location)
     in_memory.hide_accelerators_from_tensorflow()
     distributed.initialize(use_distributed)
+    library_noise.start_jax_backends()
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',
                  jax.__version__, jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.local_devices(),

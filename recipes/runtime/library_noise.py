@@ -5,6 +5,10 @@
   absl::InitializeLog() ..."), before any setting can stop them: TensorFlow
   2.21 shows them whatever TF_CPP_MIN_LOG_LEVEL says. `import_tensorflow`
   loads it with stderr caught and passes on every other line.
+- libtpu, where it is installed on a machine without TPUs (to compile for
+  a TPU slice, recipes/compile.py), writes a block to stderr when JAX
+  starts its backends, saying it found no TPU: `start_jax_backends` starts
+  them with stderr caught and passes on every other line.
 - JAX logs at INFO each backend it could not start ("Unable to initialize
   backend 'tpu'"), orbax every checkpoint read and write, optax a warmup of
   zero steps, CLU's platform an "artifact" for each profile trace:
@@ -17,12 +21,15 @@
   `ignore_closed_event_loops` sends those to the debug log.
 """
 
+import contextlib
 import importlib.util
 import logging
 import os
 import re
 import sys
 import tempfile
+
+import jax
 
 _TENSORFLOW_NOTICES = re.compile(
     r'All log messages before absl::InitializeLog\(\) is called are written '
@@ -33,18 +40,25 @@ _TENSORFLOW_NOTICES = re.compile(
     r'TensorFlow with the appropriate compiler flags\.')
 
 
-def import_tensorflow():
-  """Imports TensorFlow without its start-up notices on stderr."""
-  if 'tensorflow' in sys.modules:
-    return
+# libtpu on a machine without TPUs: its notice that it found none, in lines
+# of their own or as part of an error record.
+_NO_TPU_NOTICES = re.compile(
+    r'could not determine TPU|Logging before InitGoogle\(\) is written to '
+    r'STDERR|^=== Source Location Trace: ===$|libtpu_init_utils\.cc:\d+$')
+
+
+@contextlib.contextmanager
+def _stderr_without(notices: re.Pattern):
+  """Catches what is written to stderr (file descriptor 2, so also C++'s
+  writes) inside the block, and passes on the lines `notices` does not
+  match."""
   sys.stderr.flush()
   stderr = os.dup(2)
-  # A file, not a pipe: nothing reads while TensorFlow loads.
+  # A file, not a pipe: nothing reads while the block runs.
   with tempfile.TemporaryFile() as caught:
     os.dup2(caught.fileno(), 2)
     try:
-      # pylint: disable-next=import-outside-toplevel,unused-import
-      import tensorflow
+      yield
     finally:
       sys.stderr.flush()
       os.dup2(stderr, 2)
@@ -52,8 +66,24 @@ def import_tensorflow():
       caught.seek(0)
       lines = caught.read().decode(errors='replace').splitlines(keepends=True)
       sys.stderr.write(''.join(
-          line for line in lines if not _TENSORFLOW_NOTICES.search(line)))
+          line for line in lines if not notices.search(line.strip())))
       sys.stderr.flush()
+
+
+def import_tensorflow():
+  """Imports TensorFlow without its start-up notices on stderr."""
+  if 'tensorflow' in sys.modules:
+    return
+  with _stderr_without(_TENSORFLOW_NOTICES):
+    # pylint: disable-next=import-outside-toplevel,unused-import
+    import tensorflow
+
+
+def start_jax_backends():
+  """Starts JAX's backends (after jax.distributed, if used) without
+  libtpu's notice that this machine has no TPU."""
+  with _stderr_without(_NO_TPU_NOTICES):
+    jax.devices()
 
 
 def _package_dirs(*names: str) -> tuple[str, ...]:
