@@ -1,10 +1,8 @@
-"""Real multi-process runs on localhost, and the pod script's gcloud commands."""
+"""Real multi-process runs on localhost (launch/pod.sh: test_pod.py)."""
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -12,8 +10,6 @@ import pytest
 
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
                            write_fashion_mnist)
-
-POD = os.path.join(ROOT, 'launch', 'pod.sh')
 
 
 def _launch(num_processes, devices, command, timeout=300):
@@ -94,86 +90,3 @@ def test_a_process_that_ends_alone_stops_the_launch_within_seconds():
       '[launcher] process 1 exited with status 0, but processes 0, 2 still '
       'run 10 s later; stopping them.')
 
-
-def _pod(*args, **env):
-  """Runs pod.sh from a copy in an empty tree, which it must leave as it was
-  (no logs/NAME/ from a dry run)."""
-  with tempfile.TemporaryDirectory() as root:
-    os.mkdir(os.path.join(root, 'launch'))
-    pod = shutil.copy(POD, os.path.join(root, 'launch'))
-    result = subprocess.run(['bash', pod, *args], capture_output=True,
-                            text=True, timeout=30, cwd=root, env=command_env(**env))
-    assert [(d, sorted(f)) for d, _, f in os.walk(root)] == [
-        (root, []), (os.path.dirname(pod), ['pod.sh'])]
-  return result
-
-
-SETTINGS = ('--dry-run', '--tpu_name=zoo', '--project=proj',
-            '--zone=us-central2-b')
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('subcommand, expected', [
-    ('create', 'gcloud compute tpus tpu-vm create zoo --project=proj '
-     '--zone=us-central2-b --accelerator-type=v4-32 '
-     '--version=tpu-ubuntu2204-base --spot'),
-    ('queued', 'gcloud compute tpus queued-resources create zoo --project=proj'
-     ' --zone=us-central2-b --node-id=zoo --accelerator-type=v4-32 '
-     '--runtime-version=tpu-ubuntu2204-base --spot'),
-    ('copy', 'gcloud compute tpus tpu-vm scp /tmp/jax-model-zoo-zoo.tar.gz '
-     'zoo:jax-model-zoo.tar.gz --project=proj --zone=us-central2-b '
-     '--worker=all'),
-    ('install', "pip install -q -e '.[tpu]'"),
-    ('stop', '/tmp/libtpu_lockfile'),
-    ('delete', 'gcloud compute tpus tpu-vm delete zoo --project=proj '
-     '--zone=us-central2-b --quiet'),
-])
-def test_pod_dry_run_prints_the_gcloud_commands(subcommand, expected):
-  result = _pod(*SETTINGS, '--accelerator_type=v4-32',
-                '--version=tpu-ubuntu2204-base', '--spot', subcommand)
-  assert result.returncode == 0, result.stderr
-  printed = result.stdout.replace('\\', '')
-  assert expected in printed
-  if subcommand in ('copy', 'install', 'stop'):
-    assert 'tpu-vm ssh zoo' in printed and '--worker=all' in printed
-
-
-@pytest.mark.slow
-def test_pod_run_starts_the_command_on_every_worker():
-  result = _pod(*SETTINGS, '--workers=4', 'run', '--', 'python', '-m',
-                'recipes.train', '--config=configs/mnist_pmap.py',
-                '--workdir=gs://bucket/run')
-  assert result.returncode == 0, result.stderr
-  lines = [l.replace('\\', '') for l in result.stdout.splitlines()]
-  assert [f'--worker={i}' in l for i, l in enumerate(lines)] == [True] * 4
-  assert all('RECIPES_DISTRIBUTED=1' in l and
-             'python -m recipes.train --config=configs/mnist_pmap.py' in l
-             for l in lines)
-
-
-@pytest.mark.slow
-def test_pod_help_prints_the_usage_only():
-  result = _pod('--help')
-  assert result.returncode == 0 and result.stderr == ''
-  with open(POD, encoding='utf-8') as f:
-    header = f.read().split('\nset -')[0].splitlines()[1:]
-  assert all(line.startswith('#') for line in header)  # The comment block.
-  assert result.stdout.splitlines() == [
-      line.removeprefix('#').removeprefix(' ') for line in header]
-  assert result.stdout.startswith('TPU VM pods: create, copy the code')
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('args, env, message', [
-    (('--dry-run', 'create'), {}, 'no TPU name: pass --tpu_name'),
-    (('--dry-run', '--tpu_name=zoo', 'create'), {'GCLOUD': '/nonexistent'},
-     'no project: pass --project'),
-    (SETTINGS + ('create',), {}, '--accelerator_type needed'),
-    (('--tpu_name=zoo', 'create'), {'GCLOUD': '/nonexistent'},
-     'gcloud not found'),
-    (SETTINGS + ('launch',), {}, 'unknown subcommand launch'),
-])
-def test_pod_missing_settings_are_clear_errors(args, env, message):
-  result = _pod(*args, **env)
-  assert result.returncode == 2
-  assert message in result.stderr
