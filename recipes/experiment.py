@@ -147,6 +147,92 @@ def _num_train_steps(config, per_epoch: int) -> int:
   return steps
 
 
+def check_batch_sizes(config: ml_collections.ConfigDict,
+                      num_devices: int) -> int:
+  """The global batches fit the strategy on `num_devices` devices.
+
+  Args:
+    config: the run's config: strategy, mesh, model, batch sizes and
+      grad_accum_steps.
+    num_devices: the devices the run uses, over all processes.
+
+  Returns:
+    The eval batch size (config.eval_batch_size, or else batch_size).
+
+  Raises:
+    UserError: for an unknown strategy or model, a mesh that does not fit,
+      or a batch the shards (or micro-batches) do not divide.
+  """
+  strategy_class = strategies.get(config.strategy)
+  # A bad name or argument fails before the data loads.
+  create_model(config, 1, strategy_class.batch_axis)
+  settings = parallel_settings(config)
+  divisor, shards = strategies.batch_divisor(settings, num_devices)
+  eval_batch_size = config.eval_batch_size or config.batch_size
+  check_divisible('batch_size', config.batch_size, divisor, shards)
+  check_divisible('eval_batch_size', eval_batch_size, divisor, shards)
+  if config.grad_accum_steps > 1:  # Each shard splits into micro-batches.
+    check_divisible('batch_size', config.batch_size,
+                    divisor * config.grad_accum_steps,
+                    f'(= {divisor} {shards} x grad_accum_steps='
+                    f'{config.grad_accum_steps})')
+  return eval_batch_size
+
+
+def preprocessing(config: ml_collections.ConfigDict) -> Preprocessing:
+  """The config's preset and its settings."""
+  return Preprocessing(
+      config.augment, config.normalize, config.image_size,
+      randaugment_layers=config.randaugment_layers,
+      randaugment_magnitude=config.randaugment_magnitude)
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+  """What trains, given the data's classes and image shape: the parts of a
+  run that do not read the data."""
+
+  schedule: optax.Schedule
+  model: nn.Module
+  tx: optax.GradientTransformation
+  spec: StateSpec
+  strategy: strategies.Strategy
+
+
+def training(config: ml_collections.ConfigDict, num_classes: int,
+             image_shape: tuple[int, ...], steps_per_epoch: int,
+             num_steps: int, devices=None) -> Training:
+  """The model, optimizer, state spec and strategy of `config`.
+
+  Args:
+    config: the run's config, its batch sizes already checked.
+    num_classes: the data's number of classes.
+    image_shape: the model's input shape, HWC.
+    steps_per_epoch: steps in one epoch (the schedule's epochs).
+    num_steps: the run's length in steps.
+    devices: the devices to run on; None: all of them. (Compile-only
+      devices of a TPU topology for recipes/compile.py.)
+
+  Returns:
+    The parts; the state is not created.
+
+  Raises:
+    UserError: for settings that do not fit the model or the devices.
+  """
+  model = create_model(config, num_classes,
+                       strategies.get(config.strategy).batch_axis)
+  schedule = optimizers.learning_rate_schedule(config, steps_per_epoch,
+                                               num_steps)
+  tx = optimizers.create_optimizer(config, schedule)
+  spec = state_spec.make(
+      model, tx, image_shape, seed=config.seed,
+      loss_scaling=(config.half_precision
+                    and config.half_precision_dtype == 'float16'),
+      update_rules=update_rules(config))
+  strategy = strategies.create(spec, parallel_settings(config), devices)
+  return Training(schedule, model, tx, spec, strategy)
+
+
 def build(config: ml_collections.ConfigDict) -> Experiment:
   """Checks the config against the devices, loads the data, makes the rest.
 
@@ -160,28 +246,11 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
     UserError: for whatever in the config does not fit the devices, the
       data or the model (batch sizes, dataset, model, mesh, rules, ...).
   """
-  strategy_class = strategies.get(config.strategy)
-  # A bad name or argument fails before the data loads.
-  create_model(config, 1, strategy_class.batch_axis)
-  settings = parallel_settings(config)
-  divisor, shards = strategies.batch_divisor(settings, jax.device_count())
-  eval_batch_size = config.eval_batch_size or config.batch_size
-  check_divisible('batch_size', config.batch_size, divisor, shards)
-  check_divisible('eval_batch_size', eval_batch_size, divisor, shards)
-  if config.grad_accum_steps > 1:  # Each shard splits into micro-batches.
-    check_divisible('batch_size', config.batch_size,
-                    divisor * config.grad_accum_steps,
-                    f'(= {divisor} {shards} x grad_accum_steps='
-                    f'{config.grad_accum_steps})')
-
-  preprocessing = Preprocessing(
-      config.augment, config.normalize, config.image_size,
-      randaugment_layers=config.randaugment_layers,
-      randaugment_magnitude=config.randaugment_magnitude)
+  eval_batch_size = check_batch_sizes(config, jax.device_count())
   splits = eval_splits(config)
   data = datasets.load(config.dataset, config.data_dir or None,
                        config.train_split, list(splits.values()),
-                       preprocessing, config.data_source,
+                       preprocessing(config), config.data_source,
                        datasets.EncodedOptions(
                            config.image_channels, config.skip_bad_images,
                            config.image_column, config.label_column,
@@ -191,16 +260,10 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
     raise UserError(f'batch_size {config.batch_size} is larger than the '
                     f'{data.num_train} training examples.')
   num_steps = _num_train_steps(config, per_epoch)
-
-  model = create_model(config, data.num_classes, strategy_class.batch_axis)
-  schedule = optimizers.learning_rate_schedule(config, per_epoch, num_steps)
-  tx = optimizers.create_optimizer(config, schedule)
-  spec = state_spec.make(
-      model, tx, data.image_shape, seed=config.seed,
-      loss_scaling=(config.half_precision
-                    and config.half_precision_dtype == 'float16'),
-      update_rules=update_rules(config))
-  strategy = strategies.create(spec, settings)
-  logging.info('Strategy %s:\n%s', strategy.name, strategy.describe())
+  parts = training(config, data.num_classes, data.image_shape, per_epoch,
+                   num_steps)
+  logging.info('Strategy %s:\n%s', parts.strategy.name,
+               parts.strategy.describe())
   return Experiment(data, per_epoch, num_steps, eval_batch_size, splits,
-                    schedule, model, tx, spec, strategy)
+                    parts.schedule, parts.model, parts.tx, parts.spec,
+                    parts.strategy)

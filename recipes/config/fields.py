@@ -222,6 +222,10 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'Also splits parameters and optimizer state.'),
         Field('mesh.tensor', 1, MESH_SIZE,
               "Splits large matrices (a ViT's MLP, its heads)."),
+        Field('mesh.dcn_data', 1, integer(1),
+              'Multislice: the number of TPU slices, joined by the data-'
+              'center network; the data axis spans them (data parallel '
+              'across slices), the sizes above are within one slice.'),
         Field('partition_rules', (), None,
               "Flax logical-axis rules, ((logical name, mesh axes), ...); () "
               "= the defaults of the model's family. First match wins.",

@@ -97,3 +97,24 @@ def process_slice(batch_size: int) -> tuple[int, int]:
   local = batch_size // jax.process_count()
   start = jax.process_index() * local
   return start, start + local
+
+
+def batch_shapes(batch_size: int, image_shape: tuple[int, ...],
+                 evaluation: bool = False) -> dict[str, jax.ShapeDtypeStruct]:
+  """The shapes and dtypes of a global batch as every dataset yields it:
+  `image` float32, `label` int32 and, to evaluate, `mask` bool.
+
+  Args:
+    batch_size: the global batch.
+    image_shape: one image's shape, HWC.
+    evaluation: add the eval batches' `mask`.
+
+  Returns:
+    {name: jax.ShapeDtypeStruct}, for compiling the steps without data.
+  """
+  shapes = {'image': jax.ShapeDtypeStruct((batch_size, *image_shape),
+                                          np.float32),
+            'label': jax.ShapeDtypeStruct((batch_size,), np.int32)}
+  if evaluation:
+    shapes['mask'] = jax.ShapeDtypeStruct((batch_size,), np.bool_)
+  return shapes

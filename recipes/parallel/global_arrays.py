@@ -8,6 +8,7 @@ and batches are global arrays: sharded and shard_map.
 """
 
 import collections
+import contextlib
 from typing import Iterable, Iterator
 
 import jax
@@ -113,13 +114,30 @@ class BatchPlacer:
 class GlobalState:
   """The state as global arrays, as checkpoints hold it (recipes/
   checkpoints.py): what the sharded and shard_map strategies share.
-  Subclasses set `state_shardings` and `abstract_state` (the shapes with
-  those shardings, a target to restore into)."""
+  Subclasses set `state_shardings`, `abstract_state` (the shapes with
+  those shardings, a target to restore into), `place_batches` (a
+  BatchPlacer) and `jitted_steps` ({'train': ..., 'eval': ...}, the jitted
+  steps)."""
 
   state_shardings = None
   abstract_state = None
+  place_batches: BatchPlacer
+  jitted_steps: dict = {}
 
   to_host = staticmethod(to_host)
+
+  def tracing_scope(self):
+    """What the steps are traced in (the sharded strategy's mesh and
+    rules)."""
+    return contextlib.nullcontext()
+
+  def lower(self, step: str, batch: dict) -> jax.stages.Lowered:
+    """See `Strategy.lower`: the batch split as `place_batches` splits it."""
+    sharding = self.place_batches.sharding
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
+             for k, v in batch.items()}
+    with self.tracing_scope():
+      return self.jitted_steps[step].lower(self.abstract_state, batch)
 
   def place_state(self, state):
     """Places a state that every process holds whole (e.g. in tests)."""

@@ -93,6 +93,18 @@ class PmapStrategy(DataParallel):
     return self.place_state(
         jax.tree.map(lambda x: x.addressable_shards[0].data, restored))
 
+  def lower(self, step: str, batch: dict) -> jax.stages.Lowered:
+    """See `Strategy.lower`: a copy of the state and a share of the batch
+    for each device, stacked."""
+    n = len(self.devices)
+    state = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct((n, *a.shape), a.dtype),
+        self.abstract_state)
+    batch = {k: jax.ShapeDtypeStruct((n, v.shape[0] // n, *v.shape[1:]),
+                                     v.dtype) for k, v in batch.items()}
+    return {'train': self.train_step, 'eval': self.eval_step}[step].lower(
+        state, batch)
+
   def place_batches(self, batches: Iterable[dict]) -> Iterator[dict]:
     """See `Strategy.place_batches`: each batch split [devices, share]."""
 

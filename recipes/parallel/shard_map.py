@@ -69,6 +69,7 @@ class ShardMapStrategy(DataParallel, global_arrays.GlobalState):
         donate_argnums=(0,))
     self.eval_step = jax.jit(per_device(
         functools.partial(steps.eval_step, axis_name=AXIS), PartitionSpec()))
+    self.jitted_steps = {'train': self.train_step, 'eval': self.eval_step}
 
   def create_state(self, rng: jax.Array):
     """See `Strategy.create_state`: replicated over the mesh."""

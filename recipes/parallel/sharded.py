@@ -84,15 +84,16 @@ class ShardedStrategy(global_arrays.GlobalState):
 
     self.batch_sharding = NamedSharding(mesh, PartitionSpec(BATCH_AXES))
     self.replicated = NamedSharding(mesh, PartitionSpec())
-    self._train_step = jax.jit(
+    train_step = jax.jit(
         functools.partial(steps.train_step, axis_name=None, seed=spec.seed),
         in_shardings=(self.state_shardings, self.batch_sharding),
         out_shardings=(self.state_shardings, self.replicated),
         donate_argnums=(0,))
-    self._eval_step = jax.jit(
+    eval_step = jax.jit(
         functools.partial(steps.eval_step, axis_name=None),
         in_shardings=(self.state_shardings, self.batch_sharding),
         out_shardings=self.replicated)
+    self.jitted_steps = {'train': train_step, 'eval': eval_step}
     self.place_batches = global_arrays.BatchPlacer(
         self.batch_sharding, 'make mesh.data * mesh.fsdp a multiple of the '
         'number of processes', prefetch)
@@ -114,7 +115,7 @@ class ShardedStrategy(global_arrays.GlobalState):
             'batch shards (mesh.data x mesh.fsdp)')
 
   @contextlib.contextmanager
-  def _scope(self):
+  def tracing_scope(self):
     # The models' logical constraints on activations need both the mesh and
     # the rules when the steps are traced.
     with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
@@ -131,16 +132,16 @@ class ShardedStrategy(global_arrays.GlobalState):
 
   def create_state(self, rng: jax.Array) -> train_state.TrainState:
     """The initial state, each array created directly in its shards."""
-    with self._scope():
+    with self.tracing_scope():
       return self.spec.create_state(rng, shardings=self.state_shardings)
 
   def train_step(self, state, batch):
     """See `Strategy.train_step`."""
-    with self._scope():
-      return self._train_step(state, batch)
+    with self.tracing_scope():
+      return self.jitted_steps['train'](state, batch)
 
   def eval_step(self, state, batch):
     """See `Strategy.eval_step`."""
-    with self._scope():
-      return self._eval_step(state, batch)
+    with self.tracing_scope():
+      return self.jitted_steps['eval'](state, batch)
 

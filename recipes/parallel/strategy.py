@@ -176,6 +176,21 @@ class Strategy(Protocol):
       The batch's EvalMetrics, still on the devices.
     """
 
+  def lower(self, step: str, batch: Mapping[str, jax.ShapeDtypeStruct]
+            ) -> jax.stages.Lowered:
+    """The train or eval step, lowered for the abstract state and a global
+    batch of these shapes: nothing is allocated, so the devices may be a TPU
+    topology's compile-only ones (recipes/compile.py).
+
+    Args:
+      step: 'train' or 'eval'.
+      batch: the global batch's shapes and dtypes, without shardings
+        (recipes/data/dataset.py `batch_shapes`).
+
+    Returns:
+      The lowered step, to `.compile()`.
+    """
+
   def to_host(self, tree) -> Any:
     """Metrics or state as numpy, one copy.
 
