@@ -32,7 +32,6 @@ DISTRIBUTED = flags.DEFINE_bool(
     'distributed', False, 'Initialize jax.distributed with auto-detection '
     '(TPU pods, SLURM); local multi-process runs are set up by launch/local.sh '
     'through environment variables instead.')
-flags.mark_flags_as_required(['config', 'workdir'])
 
 
 class ConfigFileParser(flags.ArgumentParser):
@@ -47,6 +46,7 @@ class ConfigFileParser(flags.ArgumentParser):
 
   def __init__(self):
     self.config = None
+    self.path = None  # The file, for the commands' reports.
 
   def parse(self, argument):
     path, args = split_config_argument(argument)
@@ -76,7 +76,7 @@ class ConfigFileParser(flags.ArgumentParser):
                       'ConfigDict; start from recipes/config/defaults.py '
                       'get_config() and return that.')
     config.lock()  # Overrides may change fields, not add them.
-    self.config = config
+    self.config, self.path = config, path
     return config
 
   def flag_type(self):
@@ -196,7 +196,7 @@ def _config_argument(argv) -> str | None:
   return None
 
 
-def _help(argv, doc: str) -> str:
+def _help(argv, doc: str, command_flags) -> str:
   """The command's flags, and the config's fields by section with their
   values and what each does.
 
@@ -206,7 +206,7 @@ def _help(argv, doc: str) -> str:
   path = _config_argument(argv)
   config = CONFIG_FILE.parse(path) if path else defaults.get_config()
   lines = [doc.strip(), '', 'Flags:']
-  for holder in (CONFIG, WORKDIR, DISTRIBUTED):
+  for holder in command_flags:
     flag = flags.FLAGS[holder.name]
     name = f'--[no]{flag.name}' if flag.boolean else f'--{flag.name}'
     lines.append(textwrap.fill(f'{name}: {flag.help}', 79,
@@ -250,22 +250,27 @@ def _field_help(name: str, value, text: str) -> list[str]:
   return lines
 
 
-def parser(command: str, doc: str) -> Callable[[list[str]], list[str]]:
+def parser(command: str, doc: str, command_flags=(CONFIG, WORKDIR, DISTRIBUTED),
+           required=('config', 'workdir')
+           ) -> Callable[[list[str]], list[str]]:
   """The flags parser of a command, for `app.run(main, flags_parser=...)`.
 
   Args:
     command: the module run, e.g. 'recipes.train', for the examples.
     doc: what the command does, the first part of its --help.
+    command_flags: the command's own flags (holders), listed by --help.
+    required: the names of the flags it cannot run without.
 
   Returns:
     absl's flag parsing, with --help listing this command's flags and the
     config's fields, and mistakes in the flags reported in one line.
   """
+  flags.mark_flags_as_required(list(required))
 
   def parse(argv):
     try:
       if any(arg in _HELP_FLAGS for arg in argv[1:]):
-        print(_help(argv, doc))
+        print(_help(argv, doc, command_flags))
         sys.exit(0)
       return flags.FLAGS(argv)
     except Exception as e:  # pylint: disable=broad-except

@@ -79,10 +79,16 @@ def import_tensorflow():
     import tensorflow
 
 
+def stderr_without_no_tpu_notices():
+  """A context in which libtpu's notice that this machine has no TPU is
+  kept out of stderr (everything else written there passes)."""
+  return _stderr_without(_NO_TPU_NOTICES)
+
+
 def start_jax_backends():
   """Starts JAX's backends (after jax.distributed, if used) without
   libtpu's notice that this machine has no TPU."""
-  with _stderr_without(_NO_TPU_NOTICES):
+  with stderr_without_no_tpu_notices():
     jax.devices()
 
 

@@ -58,7 +58,7 @@ def _cycle(graph) -> list[str] | None:
 # The recipes' layers, lowest first: a module may import its own layer and
 # those below it (and the zoo), never one above. The root of recipes/ holds
 # the commands and the run; bench/ times them from the outside.
-LAYERS = ('runtime', 'core', 'data', 'parallel', 'checkpoint', 'config',
+LAYERS = ('runtime', 'core', 'data', 'parallel', 'aot', 'checkpoint', 'config',
           'root', 'bench')
 
 

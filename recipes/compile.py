@@ -1,0 +1,349 @@
+"""Compiles a config's steps for a TPU slice on a machine without TPUs:
+`python -m recipes.compile --config=FILE --topology=v5e:4x4`.
+
+The config's own train and eval steps, through its own strategy, mesh and
+partition rules, at its global batch, are lowered with abstract inputs
+(nothing is allocated) and compiled by libtpu for the slice's compile-only
+devices (`pip install -e '.[tpu]'`). The report, per chip: the memory plan
+against the chip's HBM and whether it fits, XLA's FLOPs and bytes beside
+the zoo's FLOPs, the collectives by kind and the mesh axes they span, the
+compile time, and a roofline estimate of the step time, images/s and MFU.
+`--num_slices=N` compiles for N such slices (multislice, with
+`--config.mesh.dcn_data=N`); `--find_max_batch` finds the largest global
+batch that fits, by bisection over compiles; `--json=PATH` writes it all.
+A config that does not fit ends with one line saying by how much and what
+would help.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+# The devices compiled for are libtpu's compile-only ones; on a TPU VM the
+# attached TPUs stay free for a run.
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+
+# pylint: disable=wrong-import-position
+from absl import app, flags, logging
+
+from recipes.runtime import library_noise
+
+library_noise.import_tensorflow()  # Before anything else loads it.
+
+import jax
+import ml_collections
+import numpy as np
+import tensorflow_datasets as tfds
+
+import zoo
+from recipes import experiment
+from recipes.aot import analysis, chips, topology
+from recipes.config import command_line, validation
+from recipes.data import dataset, datasets
+from recipes.parallel import strategy as strategies
+from recipes.runtime import errors, storage
+from recipes.runtime.errors import UserError
+
+# pylint: enable=wrong-import-position
+
+TOPOLOGY = flags.DEFINE_string(
+    'topology', None, 'The TPU slice, CHIP:SHAPE: v4:2x2x1 ... v4:16x16x16, '
+    'v5e:2x2 ... v5e:16x16, v5p:2x2x1 ..., v6e:2x2 ... v6e:16x16.')
+NUM_SLICES = flags.DEFINE_integer(
+    'num_slices', 1, 'How many such slices (multislice: also set '
+    '--config.mesh.dcn_data to it).')
+FIND_MAX_BATCH = flags.DEFINE_bool(
+    'find_max_batch', False, 'Also find the largest global batch whose '
+    'train step fits, by bisection over compiles.')
+JSON = flags.DEFINE_string('json', None, 'Also write the report here.')
+
+# The schedule's constants (warmup and decay steps) are all that depends on
+# the dataset's size; they do not change the compiled program's size.
+STAND_IN_STEPS_PER_EPOCH = 1000
+
+
+def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
+  """(number of classes, the model's input shape) of the config's data,
+  from the dataset's metadata: nothing is downloaded or read.
+
+  Raises:
+    UserError: for an unknown dataset, or images of varying sizes that the
+      preset keeps.
+  """
+  preprocessing = experiment.preprocessing(config)
+  name = config.dataset
+  if name in datasets.OFFLINE_DATASETS:
+    num_classes, stored = len(datasets.OFFLINE_DATASETS[name]), (28, 28, 1)
+  elif datasets.encoded_prefix(name):
+    source = datasets.open_encoded(name, datasets.EncodedOptions(
+        config.image_channels, config.skip_bad_images, config.image_column,
+        config.label_column, config.data_threads))
+    num_classes = len(source.class_names)
+    stored = (None, None, config.image_channels or 3)
+  else:
+    try:
+      info = tfds.builder(name, data_dir=config.data_dir or None).info
+    except tfds.core.registered.DatasetNotFoundError:
+      raise UserError(f'unknown dataset {name!r}; see tfds.list_builders() '
+                      'for TFDS names.') from None
+    num_classes = info.features['label'].num_classes
+    stored = tuple(info.features['image'].shape)
+  shape = preprocessing.image_shape(stored)
+  if None in shape:
+    raise UserError(f'dataset {name!r} has images of varying sizes, which '
+                    f'augment={config.augment!r} keeps; compile with a preset '
+                    'that crops to --config.image_size (e.g. '
+                    '--config.augment=imagenet).')
+  return num_classes, shape
+
+
+class OutOfMemory(UserError):
+  """XLA refused to compile a step: it needs more than the chip's HBM."""
+
+  def __init__(self, step: str, batch_size: int, reason: str):
+    super().__init__(f'the {step} step at batch {batch_size} does not fit '
+                     f'({reason})')
+    self.step = step
+
+
+@dataclasses.dataclass
+class StepReport:
+  """What the compiled step says about itself."""
+
+  step: str
+  batch_size: int
+  compile_seconds: float
+  memory: analysis.Memory
+  cost: analysis.Cost
+  collectives: list[analysis.Collective]
+
+
+def _device_grid(strategy) -> tuple[np.ndarray, tuple[str, ...]]:
+  """The strategy's devices shaped as its mesh, and the axis names."""
+  mesh = getattr(strategy, 'mesh', None)
+  if mesh is None:  # pmap: its devices in order, one axis.
+    return np.array(strategy.devices), (strategy.batch_axis,)
+  return mesh.devices, tuple(mesh.axis_names)
+
+
+def compile_step(strategy, step: str, batch_size: int,
+                 shape: tuple[int, ...]) -> StepReport:
+  """Lowers and compiles one of the strategy's steps for a global batch.
+
+  Args:
+    strategy: the config's strategy, on compile-only devices.
+    step: 'train' or 'eval'.
+    batch_size: the global batch.
+    shape: one image's shape, HWC.
+
+  Returns:
+    The compiled step's report.
+  """
+  start = time.perf_counter()
+  lowered = strategy.lower(step, dataset.batch_shapes(batch_size, shape,
+                                                      step == 'eval'))
+  try:
+    compiled = lowered.compile()
+  except jax.errors.JaxRuntimeError as e:
+    if 'RESOURCE_EXHAUSTED' not in str(e):
+      raise
+    # XLA's own plan already exceeds the chip's memory.
+    raise OutOfMemory(step, batch_size,
+                      str(e).split('RESOURCE_EXHAUSTED: ')[-1].split('\n')[0]
+                      ) from None
+  seconds = time.perf_counter() - start
+  grid, axes = _device_grid(strategy)
+  return StepReport(step, batch_size, seconds, analysis.memory(compiled),
+                    analysis.cost(compiled),
+                    analysis.collectives(compiled.as_text(), grid, axes))
+
+
+def find_max_batch(strategy, unit: int, start: int, shape: tuple[int, ...],
+                   chip: chips.Chip) -> int:
+  """The largest global batch, a multiple of `unit`, whose train step fits
+  the chip: doubling from `start`, then bisection. 0 if none does."""
+  tried = {}
+
+  def fits(multiple: int) -> bool:
+    if multiple not in tried:
+      try:
+        report = compile_step(strategy, 'train', multiple * unit, shape)
+      except OutOfMemory as e:
+        tried[multiple] = False
+        logging.info('batch %d: %s', multiple * unit, e)
+      else:
+        tried[multiple] = report.memory.fits(chip)
+        logging.info('batch %d: %s per chip, %s (compiled in %.0f s)',
+                     multiple * unit, _gib(report.memory.total),
+                     'fits' if tried[multiple] else 'does not fit',
+                     report.compile_seconds)
+    return tried[multiple]
+
+  low, high = 0, max(start // unit, 1)
+  while fits(high):  # Grow until it does not fit.
+    low, high = high, high * 2
+    if high > 1 << 20:
+      return low * unit
+  while high - low > 1:
+    middle = (low + high) // 2
+    if fits(middle):
+      low = middle
+    else:
+      high = middle
+  return low * unit
+
+
+def _gib(n: float) -> str:
+  return f'{n / chips.GiB:.2f} GiB'
+
+
+def _what_helps(config) -> str:
+  hints = []
+  if config.strategy != 'sharded' or config.mesh.fsdp == 1:
+    hints.append('--config.strategy=sharded --config.mesh.fsdp=-1 '
+                 '--config.mesh.data=1 (splits parameters and optimizer '
+                 'state)')
+  if 'remat' not in config.model_kwargs:
+    hints.append("remat in --config.model_kwargs, where the model has it "
+                 "(recomputes activations)")
+  hints.append('a smaller --config.batch_size (--find_max_batch finds the '
+               'largest that fits)')
+  return '; try ' + '; or '.join(hints) + '.'
+
+
+def _too_big(memory: analysis.Memory, chip: chips.Chip) -> str:
+  over = memory.total - chip.hbm_bytes * (1 - analysis.FIT_MARGIN)
+  return (f'the train step needs {_gib(memory.total)} per chip, '
+          f'{_gib(over)} more than the {_gib(chip.hbm_bytes)} of a '
+          f'{chip.name} chip less a {analysis.FIT_MARGIN:.0%} margin')
+
+
+def table(result: dict) -> str:
+  """The report as text."""
+  lines = [f"{result['config']} on {result['topology']} x "
+           f"{result['num_slices']} slice(s): {result['num_chips']} "
+           f"chips, strategy {result['strategy']}, mesh {result['mesh']}",
+           f"HBM per chip {_gib(result['hbm_bytes'])}; the zoo counts "
+           f"{result['model_gflops_per_image']:.2f} GFLOPs per image "
+           'forward.', '',
+           '| step | batch | arguments | outputs | temporaries | aliased '
+           '| total per chip | fits | XLA TFLOPs/chip | HBM GB/chip '
+           '| compile s |', '|' + '---|' * 11]
+  for s in result['steps']:
+    m = s['memory']
+    lines.append(
+        f"| {s['step']} | {s['batch_size']} | {_gib(m['arguments'])} | "
+        f"{_gib(m['outputs'])} | {_gib(m['temporaries'])} | "
+        f"{_gib(m['aliased'])} | {_gib(m['total'])} | "
+        f"{'yes' if m['fits'] else 'NO'} | {s['cost']['flops'] / 1e12:.3f} | "
+        f"{s['cost']['bytes_accessed'] / 1e9:.2f} | "
+        f"{s['compile_seconds']:.1f} |")
+  lines += ['', 'Collectives per step (per chip; axes the groups span, '
+            'dcn = across slices):', '| step | kind | axes | ops | MB |',
+            '|---|---|---|---|---|']
+  for s in result['steps']:
+    for c in s['collectives']:
+      lines.append(f"| {s['step']} | {c['kind']} | "
+                   f"{', '.join(c['axes']) or '-'} | {c['count']} | "
+                   f"{c['bytes'] / 1e6:.2f} |")
+  e = result['estimate']
+  lines += ['', f"Estimate (a roofline of XLA's costs at the chip's peak "
+            f"{result['peak_tflops']:.0f} TFLOP/s and "
+            f"{result['hbm_gbps']:.0f} GB/s, collectives not counted): "
+            f"{e['step_seconds'] * 1e3:.1f} ms per step "
+            f"({e['bound']}-bound), {e['images_per_second']:,.0f} images/s, "
+            f"MFU {e['mfu']:.0%}."]
+  if 'max_batch_size' in result:
+    lines.append(f"Largest global batch that fits: "
+                 f"{result['max_batch_size']}.")
+  return '\n'.join(lines)
+
+
+def _as_dict(report: StepReport, chip) -> dict:
+  out = dataclasses.asdict(report)
+  out['memory'].update(total=report.memory.total,
+                       fits=report.memory.fits(chip))
+  return out
+
+
+def compile_config(config, topology_name: str, num_slices: int = 1,
+                   max_batch: bool = False, name: str = '') -> dict:
+  """The report of `config` compiled for `num_slices` x `topology_name`.
+
+  Raises:
+    UserError: for a config, topology or mesh that does not fit.
+  """
+  validation.check(config)
+  slice_ = chips.parse(topology_name)
+  chip = slice_.chip
+  devices = topology.devices(slice_, num_slices)
+  eval_batch_size = experiment.check_batch_sizes(config, len(devices))
+  num_classes, shape = input_shape(config)
+  strategy = experiment.training(config, num_classes, shape,
+                                 STAND_IN_STEPS_PER_EPOCH,
+                                 STAND_IN_STEPS_PER_EPOCH, devices).strategy
+  steps = [compile_step(strategy, 'train', config.batch_size, shape),
+           compile_step(strategy, 'eval', eval_batch_size, shape)]
+  kwargs = {k: v for k, v in config.model_kwargs.items()
+            if k != 'attention_impl'}
+  gflops = zoo.model_info(config.model, input_shape=shape,
+                          num_classes=num_classes, **kwargs).gflops
+  train = steps[0]
+  estimate = analysis.estimate(chip, len(devices), train.cost,
+                               train.batch_size,
+                               3 * gflops * 1e9 * train.batch_size)
+  grid, axes = _device_grid(strategy)
+  result = {
+      'config': name, 'topology': slice_.name, 'num_slices': num_slices,
+      'num_chips': len(devices), 'strategy': config.strategy,
+      'mesh': dict(zip(axes, grid.shape)),
+      'hbm_bytes': chip.hbm_bytes, 'peak_tflops': chip.peak_bf16_flops / 1e12,
+      'hbm_gbps': chip.hbm_bytes_per_second / 1e9,
+      'model_gflops_per_image': gflops,
+      'steps': [_as_dict(s, chip) for s in steps],
+      'estimate': dataclasses.asdict(estimate),
+  }
+  if max_batch:
+    unit, _ = strategies.batch_divisor(experiment.parallel_settings(config),
+                                       len(devices))
+    result['max_batch_size'] = find_max_batch(
+        strategy, unit * max(config.grad_accum_steps, 1), config.batch_size,
+        shape, chip)
+  return result
+
+
+def main(argv):
+  """The command."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if not logging.level_debug():
+    library_noise.keep_out(logging.get_absl_handler())
+  config = command_line.CONFIG.value
+  name = command_line.CONFIG_FILE.path
+  try:
+    try:
+      result = compile_config(config, TOPOLOGY.value, NUM_SLICES.value,
+                              FIND_MAX_BATCH.value, name)
+    except OutOfMemory as e:
+      raise UserError(str(e) + _what_helps(config)) from None
+    print(table(result), flush=True)
+    if JSON.value:
+      storage.path(JSON.value).write_text(json.dumps(result, indent=2))
+    train = result['steps'][0]['memory']
+    if not train['fits']:
+      memory = analysis.Memory(**{k: train[k] for k in (
+          'arguments', 'outputs', 'temporaries', 'aliased', 'code')})
+      raise UserError(_too_big(memory, chips.parse(TOPOLOGY.value).chip)
+                      + _what_helps(config))
+  except UserError as e:
+    logging.debug('Details of the error below:', exc_info=True)
+    sys.exit(f'error: {errors.shorten(str(e))}')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=command_line.parser(
+      'recipes.compile', __doc__,
+      (command_line.CONFIG, TOPOLOGY, NUM_SLICES, FIND_MAX_BATCH, JSON),
+      required=('config', 'topology')))

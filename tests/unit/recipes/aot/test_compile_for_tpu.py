@@ -1,0 +1,128 @@
+"""Every TPU config compiled for a small TPU slice by libtpu, on this CPU:
+it fits, FSDP splits its parameters, and two slices reduce gradients over
+the data-center network only along the data axis."""
+
+import importlib
+import os
+import re
+
+import jax
+import numpy as np
+import pytest
+
+import zoo
+from recipes import compile as aot_compile
+from recipes import experiment
+from recipes.aot import chips, topology
+from recipes.parallel import partition_rules
+from recipes.runtime.errors import UserError
+from tests.helpers import ROOT
+
+pytestmark = [
+    pytest.mark.slow,  # Each compile takes 10-20 s on 2 cores.
+    pytest.mark.skipif(not topology.have_libtpu(),
+                       reason="compiling for TPUs needs libtpu: pip install "
+                       "-e '.[tpu]'"),
+]
+
+SMALL_SLICE = 'v5e:2x2'
+
+
+def _tpu_configs() -> list[str]:
+  """The configs whose docstring names a TPU target."""
+  names = []
+  for file in sorted(os.listdir(os.path.join(ROOT, 'configs'))):
+    if file.endswith('.py') and file != '__init__.py':
+      module = importlib.import_module(f'configs.{file[:-3]}')
+      if re.search(r'TPU (v\d|pod|slice)', module.__doc__ or ''):
+        names.append(file[:-3])
+  return names
+
+
+def _test_size(name: str, **overrides):
+  config = importlib.import_module(f'configs.{name}').get_config()
+  config.model_kwargs = {**config.model_kwargs.to_dict(),
+                         **zoo.spec(config.model).test_kwargs}
+  config.update(batch_size=16, eval_batch_size=16, image_size=32,
+                **overrides)
+  return config
+
+
+def test_the_tpu_configs_are_found():
+  assert {'imagenet_resnet50_tpu', 'imagenet_vit_b16_pod',
+          'imagenet_vit_s16'} <= set(_tpu_configs())
+
+
+@pytest.mark.parametrize('name', _tpu_configs())
+def test_every_tpu_config_fits_a_small_slice_under_each_strategy(name):
+  for strategy in ('pmap', 'shard_map', 'sharded'):
+    config = _test_size(name, strategy=strategy)
+    result = aot_compile.compile_config(config, SMALL_SLICE)
+    assert [s['step'] for s in result['steps']] == ['train', 'eval']
+    for step in result['steps']:
+      assert step['memory']['fits'], (strategy, step)
+      assert 0 < step['memory']['total'] < chips.CHIPS['v5e'].hbm_bytes
+      assert step['cost']['flops'] > 0
+    # The train step reduces its gradients over every chip.
+    reductions = [c for c in result['steps'][0]['collectives']
+                  if c['kind'] in ('all-reduce', 'reduce-scatter')]
+    assert reductions, (strategy, result['steps'][0]['collectives'])
+    assert 0 < result['estimate']['mfu'] < 1
+
+
+def test_fsdp_splits_the_parameters_over_more_chips():
+  devices = topology.devices(chips.parse(SMALL_SLICE))
+  per_chip = []
+  for fsdp in (1, 2, 4):
+    config = _test_size('imagenet_vit_b16_pod', strategy='sharded')
+    config.mesh.update(data=-1, fsdp=fsdp, tensor=1)
+    strategy = experiment.training(config, 1000, (32, 32, 3), 10, 10,
+                                   devices).strategy
+    params = partition_rules.bytes_per_device(
+        strategy.abstract_state.params, strategy.state_shardings.params)
+    compiled = aot_compile.compile_step(strategy, 'train', 16, (32, 32, 3))
+    per_chip.append((params, compiled.memory.arguments))
+  assert per_chip[0][0] > per_chip[1][0] > per_chip[2][0], per_chip
+  assert per_chip[0][1] > per_chip[1][1] > per_chip[2][1], per_chip
+
+
+def test_two_slices_reduce_gradients_across_them_on_the_data_axis_only():
+  config = _test_size('imagenet_vit_b16_pod', strategy='sharded')
+  config.mesh.update(data=1, fsdp=-1, tensor=1, dcn_data=2)
+  devices = topology.devices(chips.parse(SMALL_SLICE), num_slices=2)
+  strategy = experiment.training(config, 1000, (32, 32, 3), 10, 10,
+                                 devices).strategy
+  mesh = strategy.mesh
+  assert dict(mesh.shape) == {'data': 2, 'fsdp': 4, 'tensor': 1}
+  # Slices change along the data axis only: fsdp's gathers stay in a slice.
+  slices = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+  assert (slices == np.arange(2)[:, None, None]).all()
+  report = aot_compile.compile_step(strategy, 'train', 16, (32, 32, 3))
+  across = {c.kind: c.bytes for c in report.collectives if 'dcn' in c.axes}
+  # The gradients' sum; and mixup pairing examples over the global batch,
+  # which moves single rows.
+  assert set(across) <= {'all-reduce', 'collective-permute'}, across
+  assert across['all-reduce'] > 10 * across.get('collective-permute', 0)
+  within = [c for c in report.collectives if 'dcn' not in c.axes]
+  assert all(set(c.axes) <= {'fsdp'} for c in within), within
+  # The checkpoint layout is the one slice's: the same partition specs.
+  one_slice = experiment.training(
+      _test_size('imagenet_vit_b16_pod', strategy='sharded'), 1000,
+      (32, 32, 3), 10, 10, topology.devices(chips.parse('v5e:2x4'))
+  ).strategy
+  specs = lambda s: jax.tree.leaves(jax.tree.map(lambda x: x.spec,
+                                                 s.state_shardings))
+  assert specs(strategy) == specs(one_slice)
+  assert any(spec != jax.sharding.PartitionSpec() for spec in specs(strategy))
+
+
+def test_a_mesh_that_does_not_match_the_chips_is_one_line():
+  config = _test_size('imagenet_vit_b16_pod', strategy='sharded')
+  config.mesh.update(data=1, fsdp=3, tensor=1)
+  with pytest.raises(UserError, match='mesh .* has 3 devices but there are '
+                     '4'):
+    aot_compile.compile_config(config, SMALL_SLICE)
+  config.mesh.update(fsdp=-1, dcn_data=2)
+  with pytest.raises(UserError, match='dcn_data=2, but the devices are 1 '
+                     'slice: set it to 1'):
+    aot_compile.compile_config(config, SMALL_SLICE)
