@@ -24,7 +24,7 @@ from recipes import loop
 from recipes.config import command_line, validation
 from recipes.data import in_memory
 from recipes.parallel import distributed
-from recipes.runtime import errors, lease, storage
+from recipes.runtime import compilation_cache, errors, lease, storage
 from recipes.runtime.errors import UserError
 
 # pylint: enable=wrong-import-position
@@ -72,6 +72,7 @@ def run(config, workdir: str, use_distributed: bool = False):
       if location:
         storage.path(location)
     in_memory.hide_accelerators_from_tensorflow()
+    compilation_cache.use(config.compilation_cache_dir)
     distributed.initialize(use_distributed)
     library_noise.start_jax_backends()
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',

@@ -19,6 +19,7 @@ from recipes.config.rules import (BOOLEAN, EVAL_SPLITS, FRACTION, MESH_SIZE,
 from recipes.core import optimizers
 from recipes.data import datasets, image_codec, preprocess
 from recipes.parallel.strategy import STRATEGIES
+from recipes.runtime import compilation_cache
 
 MODES = ('train', 'eval')
 HALF_PRECISION_DTYPES = ('bfloat16', 'float16')
@@ -61,6 +62,11 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'for this long (the first compilation included), every process '
               'writes its threads\' stacks and the run stops saying where it '
               'stalled; 0 = never.'),
+        Field('compilation_cache_dir', compilation_cache.DEFAULT_DIR,
+              text(),
+              'Compiled steps are kept here (local or gs://) and reused by '
+              'the next run of the same steps, a resumed one included; '
+              "'' = off. JAX_COMPILATION_CACHE_DIR, where set, wins."),
     ),
     'model': (
         Field('model', 'cnn', text(non_empty=True),

@@ -89,13 +89,17 @@ def make(model: nn.Module, tx: optax.GradientTransformation,
     # (`logical_names`), not carried in the state.
     variables = nn.meta.unbox(variables)
     params = variables['params']
-    return TrainState.create(
+    state = TrainState.create(
         apply_fn=model.apply, params=params, tx=tx,
         batch_stats=variables.get('batch_stats', {}),
         dynamic_scale=dynamic_scale_lib.DynamicScale() if loss_scaling
         else None,
         ema_params=jax.tree.map(jnp.copy, params) if update_rules.ema_decay
         else None, update_rules=update_rules)
+    # A plain int32, as a restored checkpoint's: a weakly typed 0 would
+    # make the resumed run's step another program (compiled again, and
+    # missed in the compilation cache).
+    return state.replace(step=jnp.zeros((), jnp.int32))
 
   boxed = jax.eval_shape(
       lambda rng: model.init(rng, jnp.zeros((1, *image_shape), jnp.float32),
