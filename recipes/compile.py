@@ -205,9 +205,12 @@ def _what_helps(config) -> str:
     hints.append('--config.strategy=sharded --config.mesh.fsdp=-1 '
                  '--config.mesh.data=1 (splits parameters and optimizer '
                  'state)')
-  if 'remat' not in config.model_kwargs:
-    hints.append("remat in --config.model_kwargs, where the model has it "
-                 "(recomputes activations)")
+  if config.model_kwargs.get('remat') is False:
+    hints.append('--config.model_kwargs.remat=True (recomputes activations)')
+  elif 'remat' not in config.model_kwargs and hasattr(
+      zoo.create(config.model, num_classes=1), 'remat'):
+    hints.append("remat=True in the config file's model_kwargs (recomputes "
+                 "activations)")
   hints.append('a smaller --config.batch_size (--find_max_batch finds the '
                'largest that fits)')
   return '; try ' + '; or '.join(hints) + '.'
@@ -227,10 +230,10 @@ def table(result: dict) -> str:
            f"chips, strategy {result['strategy']}, mesh {result['mesh']}",
            f"HBM per chip {_gib(result['hbm_bytes'])}; the zoo counts "
            f"{result['model_gflops_per_image']:.2f} GFLOPs per image "
-           'forward.', '',
+           'forward (x3 to train).', '',
            '| step | batch | arguments | outputs | temporaries | aliased '
-           '| total per chip | fits | XLA TFLOPs/chip | HBM GB/chip '
-           '| compile s |', '|' + '---|' * 11]
+           '| total per chip | fits | XLA TFLOPs/chip | zoo TFLOPs/chip '
+           '| HBM GB/chip | compile s |', '|' + '---|' * 12]
   for s in result['steps']:
     m = s['memory']
     lines.append(
@@ -238,6 +241,7 @@ def table(result: dict) -> str:
         f"{_gib(m['outputs'])} | {_gib(m['temporaries'])} | "
         f"{_gib(m['aliased'])} | {_gib(m['total'])} | "
         f"{'yes' if m['fits'] else 'NO'} | {s['cost']['flops'] / 1e12:.3f} | "
+        f"{s['model_flops_per_chip'] / 1e12:.3f} | "
         f"{s['cost']['bytes_accessed'] / 1e9:.2f} | "
         f"{s['compile_seconds']:.1f} |")
   lines += ['', 'Collectives per step (per chip; axes the groups span, '
@@ -302,7 +306,9 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
       'hbm_bytes': chip.hbm_bytes, 'peak_tflops': chip.peak_bf16_flops / 1e12,
       'hbm_gbps': chip.hbm_bytes_per_second / 1e9,
       'model_gflops_per_image': gflops,
-      'steps': [_as_dict(s, chip) for s in steps],
+      'steps': [dict(_as_dict(s, chip), model_flops_per_chip=(
+          (3 if s.step == 'train' else 1) * gflops * 1e9 * s.batch_size
+          / len(devices))) for s in steps],
       'estimate': dataclasses.asdict(estimate),
   }
   if max_batch:

@@ -48,12 +48,16 @@ def test_the_report_and_its_json(tmp_path):
                     f'--json={tmp_path / "report.json"}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert '| train | 64 |' in result.stdout
+  assert 'zoo TFLOPs/chip' in result.stdout
   assert 'Estimate (a roofline' in result.stdout
   assert 'could not determine TPU' not in result.stderr
   report = json.loads((tmp_path / 'report.json').read_text())
   assert (report['topology'], report['num_chips']) == ('v5e:2x2', 4)
   train, evaluation = report['steps']
   assert train['memory']['fits'] and train['cost']['flops'] > 0
+  # XLA counts about what the zoo counts (3x the forward pass: the first
+  # layer needs no gradient for its input; the optimizer adds a little).
+  assert 0.8 < train['cost']['flops'] / train['model_flops_per_chip'] < 1.5
   assert evaluation['step'] == 'eval'
   assert any(c['kind'] == 'all-reduce' for c in train['collectives'])
 
