@@ -59,6 +59,7 @@ def _fixed_batch_losses(config, num_steps: int):
 
 @pytest.mark.slow  # A few seconds a config.
 @pytest.mark.parametrize('name', CONFIGS)
+@pytest.mark.usefixtures('fast_compiles')  # Tiny models: compiling dominates.
 def test_config_learns_a_fixed_batch_and_evaluates(name, tmp_path,
                                                    monkeypatch):
   config = _config(name)

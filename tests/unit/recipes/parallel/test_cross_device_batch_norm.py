@@ -16,8 +16,9 @@ from recipes.parallel import strategy as strategies
 from recipes.runtime.errors import UserError
 from tests.helpers import tiny_config
 
-# Each test compiles a ResNet under two or three strategies.
-pytestmark = pytest.mark.slow
+# Each test compiles a ResNet under two or three strategies: tiny ones,
+# whose compiling takes longer than running.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('fast_compiles')]
 
 
 @functools.cache  # The sharded reference serves both tests in a process.

@@ -11,6 +11,9 @@ from recipes.core import optimizers, state_spec
 from recipes.parallel import strategy as strategies
 from tests.helpers import BatchNormNet, learnable_batch, tiny_config
 
+# Tiny models, whose compiling takes longer than running.
+pytestmark = pytest.mark.usefixtures('fast_compiles')
+
 REPLICATED = ('pmap', 'shard_map')
 
 

@@ -14,6 +14,9 @@ from recipes.parallel.mesh import make_mesh
 from recipes.parallel.sharded import ShardedStrategy
 from tests.helpers import BatchNormNet, learnable_batch
 
+# Tiny models, whose compiling takes longer than running.
+pytestmark = pytest.mark.usefixtures('fast_compiles')
+
 DP = dict(data=-1, fsdp=1, tensor=1)
 LAYOUTS = {
     'fsdp': dict(data=1, fsdp=-1, tensor=1),
