@@ -414,8 +414,12 @@ def largest_ops(path: str, top: int = 20) -> str:
   names = {(e['name'], e['pid'], e.get('tid')): e['args']['name']
            for e in events
            if e.get('ph') == 'M' and 'name' in e.get('args', {})}
+  # Device threads that recorded ops: a trace may name a device process
+  # and leave it empty (the CPU's ops then run on host threads).
+  timed = {e['pid'] for e in events if e.get('ph') == 'X'}
   device = {pid for (kind, pid, _), name in names.items()
-            if kind == 'process_name' and name.startswith('/device:')}
+            if kind == 'process_name' and name.startswith('/device:')
+            and pid in timed}
   totals = collections.Counter()
   per_thread = collections.Counter()  # For each op's share of its thread.
   for e in events:

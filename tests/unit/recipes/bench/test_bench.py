@@ -178,3 +178,20 @@ def test_epoch_bench_times_the_recipe_and_the_bare_loop(tmp_path):
   assert set(rows) == {'bare jax.jit loop, 1 device',
                        'pmap recipe, 8 device(s)'}
   assert all(rate > 0 for rate in rows.values())
+
+
+def test_an_empty_device_process_leaves_the_host_ops(tmp_path):
+  # A CPU trace may name a device process and record nothing in it.
+  events = [
+      dict(ph='M', name='process_name', pid=1, tid=0,
+           args=dict(name='/host:CPU')),
+      dict(ph='M', name='process_name', pid=2, tid=0,
+           args=dict(name='/device:CPU:0')),
+      dict(ph='X', name='dot.3', pid=1, tid=7, ts=0, dur=50),
+  ]
+  path = tmp_path / 'perfetto_trace.json.gz'
+  with gzip.open(path, 'wt') as f:
+    json.dump(dict(traceEvents=events), f)
+  lines = bench_step.largest_ops(str(path)).splitlines()
+  assert lines[0].startswith('largest host ops of one step')
+  assert lines[1].split()[-1] == 'dot.3'
