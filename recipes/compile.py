@@ -161,10 +161,13 @@ def compile_step(strategy, step: str, batch_size: int,
 
 
 def find_max_batch(strategy, unit: int, start: int, shape: tuple[int, ...],
-                   chip: chips.Chip) -> int:
+                   chip: chips.Chip, tried: dict | None = None) -> int:
   """The largest global batch, a multiple of `unit`, whose train step fits
-  the chip: doubling from `start`, then bisection. 0 if none does."""
-  tried = {}
+  the chip: doubling from `start`, then bisection. 0 if none does.
+
+  `tried`, if given, receives {multiple of unit: whether it fit} of every
+  compile."""
+  tried = {} if tried is None else tried
 
   def fits(multiple: int) -> bool:
     if multiple not in tried:
