@@ -323,6 +323,20 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
   return result
 
 
+def _writable(location: str):
+  """The path of `location`, its folder made; UserError if it cannot be."""
+  path = storage.path(location)
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+      raise IsADirectoryError(21, 'a directory')
+  except OSError as e:
+    raise UserError(f'cannot write --json={location!r} '
+                    f'({e.strerror or e}); give a file path that can be '
+                    'written.') from None
+  return path
+
+
 def main(argv):
   """The command."""
   if len(argv) > 1:
@@ -332,6 +346,8 @@ def main(argv):
   config = command_line.CONFIG.value
   name = command_line.CONFIG_FILE.path
   try:
+    if JSON.value:  # A path that cannot be written fails before compiling.
+      _writable(JSON.value)
     try:
       result = compile_config(config, TOPOLOGY.value, NUM_SLICES.value,
                               FIND_MAX_BATCH.value, name)
@@ -339,7 +355,7 @@ def main(argv):
       raise UserError(str(e) + _what_helps(config)) from None
     print(table(result), flush=True)
     if JSON.value:
-      storage.path(JSON.value).write_text(json.dumps(result, indent=2))
+      _writable(JSON.value).write_text(json.dumps(result, indent=2))
     train = result['steps'][0]['memory']
     if not train['fits']:
       memory = analysis.Memory(**{k: train[k] for k in (

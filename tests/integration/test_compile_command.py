@@ -34,12 +34,15 @@ def _one_error_line(result) -> str:
   return result.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize('flag, says', [
-    ('--topology=v9:2x2', "error: unknown TPU 'v9' in --topology='v9:2x2'"),
-    ('--topology=v4:2x2', 'error: bad --topology='),
+@pytest.mark.parametrize('flags, says', [
+    (['--topology=v9:2x2'], "error: unknown TPU 'v9' in --topology='v9:2x2'"),
+    (['--topology=v4:2x2'], 'error: bad --topology='),
+    (['--topology='], "error: unknown TPU ''"),
+    (['--topology=v5e:2x2', '--json=/proc/no/report.json'],
+     "error: cannot write --json='/proc/no/report.json'"),
 ])
-def test_a_bad_topology_is_one_line(flag, says):
-  assert _one_error_line(_compile(flag)).startswith(says)
+def test_bad_flags_are_one_line_before_anything_compiles(flags, says):
+  assert _one_error_line(_compile(*flags)).startswith(says)
 
 
 @needs_libtpu
@@ -76,6 +79,16 @@ def test_a_config_that_does_not_fit_says_by_how_much_and_what_helps():
   assert line.startswith('error: the train step at batch 4194304 does not '
                          'fit (Ran out of memory on HBM'), line
   assert '--config.mesh.fsdp=-1' in line and '--find_max_batch' in line
+
+
+@needs_libtpu
+@pytest.mark.parametrize('flag, says', [
+    ('--num_slices=0', 'error: --num_slices=0: give 1 or more.'),
+    ('--topology=v5e:3x3', 'error: libtpu does not offer --topology=v5e:3x3'),
+])
+def test_a_slice_libtpu_cannot_give_is_one_line(flag, says):
+  line = _one_error_line(_compile('--topology=v5e:2x2', flag))
+  assert line.startswith(says), line
 
 
 @needs_libtpu
