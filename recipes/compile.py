@@ -77,9 +77,7 @@ def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
   if name in datasets.OFFLINE_DATASETS:
     num_classes, stored = len(datasets.OFFLINE_DATASETS[name]), (28, 28, 1)
   elif datasets.encoded_prefix(name):
-    source = datasets.open_encoded(name, datasets.EncodedOptions(
-        config.image_channels, config.skip_bad_images, config.image_column,
-        config.label_column, config.data_threads))
+    source = datasets.open_encoded(name, experiment.encoded_options(config))
     num_classes = len(source.class_names)
     stored = (None, None, config.image_channels or 3)
   else:
@@ -105,7 +103,6 @@ class OutOfMemory(UserError):
   def __init__(self, step: str, batch_size: int, reason: str):
     super().__init__(f'the {step} step at batch {batch_size} does not fit '
                      f'({reason})')
-    self.step = step
 
 
 @dataclasses.dataclass
@@ -219,9 +216,9 @@ def _what_helps(config) -> str:
   return '; try ' + '; or '.join(hints) + '.'
 
 
-def _too_big(memory: analysis.Memory, chip: chips.Chip) -> str:
-  over = memory.total - chip.hbm_bytes * (1 - analysis.FIT_MARGIN)
-  return (f'the train step needs {_gib(memory.total)} per chip, '
+def _too_big(total: int, chip: chips.Chip) -> str:
+  over = total - chip.hbm_bytes * (1 - analysis.FIT_MARGIN)
+  return (f'the train step needs {_gib(total)} per chip, '
           f'{_gib(over)} more than the {_gib(chip.hbm_bytes)} of a '
           f'{chip.name} chip less a {analysis.FIT_MARGIN:.0%} margin')
 
@@ -358,9 +355,8 @@ def main(argv):
       _writable(JSON.value).write_text(json.dumps(result, indent=2))
     train = result['steps'][0]['memory']
     if not train['fits']:
-      memory = analysis.Memory(**{k: train[k] for k in (
-          'arguments', 'outputs', 'temporaries', 'aliased', 'code')})
-      raise UserError(_too_big(memory, chips.parse(TOPOLOGY.value).chip)
+      raise UserError(_too_big(train['total'],
+                               chips.parse(result['topology']).chip)
                       + _what_helps(config))
   except UserError as e:
     logging.debug('Details of the error below:', exc_info=True)

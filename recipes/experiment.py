@@ -187,6 +187,14 @@ def preprocessing(config: ml_collections.ConfigDict) -> Preprocessing:
       randaugment_magnitude=config.randaugment_magnitude)
 
 
+def encoded_options(config: ml_collections.ConfigDict
+                    ) -> datasets.EncodedOptions:
+  """How one's own images are read (folder:, hf:, records:)."""
+  return datasets.EncodedOptions(
+      config.image_channels, config.skip_bad_images, config.image_column,
+      config.label_column, config.data_threads)
+
+
 @dataclasses.dataclass(frozen=True)
 class Training:
   """What trains, given the data's classes and image shape: the parts of a
@@ -251,10 +259,7 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
   data = datasets.load(config.dataset, config.data_dir or None,
                        config.train_split, list(splits.values()),
                        preprocessing(config), config.data_source,
-                       datasets.EncodedOptions(
-                           config.image_channels, config.skip_bad_images,
-                           config.image_column, config.label_column,
-                           config.data_threads))
+                       encoded_options(config))
   per_epoch = in_memory.steps_per_epoch(data.num_train, config.batch_size)
   if per_epoch == 0:
     raise UserError(f'batch_size {config.batch_size} is larger than the '
