@@ -84,8 +84,7 @@ def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
     try:
       info = tfds.builder(name, data_dir=config.data_dir or None).info
     except tfds.core.registered.DatasetNotFoundError:
-      raise UserError(f'unknown dataset {name!r}; see tfds.list_builders() '
-                      'for TFDS names.') from None
+      raise datasets.unknown_dataset(name) from None
     num_classes = info.features['label'].num_classes
     stored = tuple(info.features['image'].shape)
   shape = preprocessing.image_shape(stored)

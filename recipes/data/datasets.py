@@ -302,17 +302,22 @@ READERS: dict[str, Callable[..., Dataset]] = {
 }
 
 
+def unknown_dataset(name: str) -> UserError:
+  """The error for a name that is no dataset, with the close ones."""
+  known = list(OFFLINE_DATASETS) + list(tfds.list_builders())
+  close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+  hint = (f'did you mean {", ".join(repr(c) for c in close)}?' if close
+          else 'see tfds.list_builders() for TFDS names, or use '
+          f'{", ".join(OFFLINE_DATASETS)} for offline data.')
+  return UserError(f'unknown dataset {name!r}; {hint}')
+
+
 def _builder(name: str, data_dir: str | None, preprocessing: Preprocessing):
   """The prepared TFDS builder, checked against the preprocessing."""
   try:
     builder = tfds_source.prepared_builder(name, data_dir)
   except tfds.core.registered.DatasetNotFoundError:
-    known = list(OFFLINE_DATASETS) + list(tfds.list_builders())
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    hint = (f'did you mean {", ".join(repr(c) for c in close)}?' if close
-            else 'see tfds.list_builders() for TFDS names, or use '
-            f'{", ".join(OFFLINE_DATASETS)} for offline data.')
-    raise UserError(f'unknown dataset {name!r}; {hint}') from None
+    raise unknown_dataset(name) from None
   stored = tfds_source.stored_image_shape(builder)
   preprocessing.check_channels(stored)
   if None in preprocessing.image_shape(stored):
