@@ -9,29 +9,49 @@ pretrained.py). The recipes' `python -m recipes.convert --source=torchvision
 SRC_FILE DST_DIR` writes the result as an orbax checkpoint that
 `--config.init_from=DST_DIR` fine-tunes from (recipes/convert.py).
 
-Sources, one module each:
+Converters, one module per source library and family (every module of this
+package with a SOURCE is one; a new one is a new file):
   torchvision  ResNet-18/34/50/101/152 state dicts     torchvision_resnet.py
   timm         ViT-Ti/S/B/L state dicts (exact GELU)   timm_vit.py
   big_vision   Google's ViT .npz files (tanh GELU)     big_vision_vit.py
-Files are read by files.py (.safetensors without torch; .pth with torch;
+Each has `SOURCE`, `matches(tensors)` (the tensors' names are its; no two
+converters match the same file) and `convert(...)`; an exportable one also
+`template(name, kwargs)`, the names and shapes of the file a zoo model makes
+(zoo/export.py). Files are read by files.py (.safetensors without torch; .pth with torch;
 .npz); transfer.py checks that every tensor is used exactly once and every
 variable set exactly once, and names the first tensor that does not fit.
 """
 
+import importlib
 import os
+import pkgutil
 from types import ModuleType
 from typing import Mapping
 
 import numpy as np
 
-from zoo.convert import big_vision_vit, files, timm_vit, torchvision_resnet
+from zoo.convert import files
 from zoo.convert.transfer import ConversionError, Converted
 
-SOURCES: dict[str, ModuleType] = {
-    torchvision_resnet.SOURCE: torchvision_resnet,
-    timm_vit.SOURCE: timm_vit,
-    big_vision_vit.SOURCE: big_vision_vit,
-}
+CONVERTERS: tuple[ModuleType, ...] = tuple(
+    module for module in (importlib.import_module(f'{__name__}.{m.name}')
+                          for m in sorted(pkgutil.iter_modules(__path__),
+                                          key=lambda m: m.name))
+    if hasattr(module, 'SOURCE'))
+# The libraries files come from: 'big_vision', 'timm', 'torchvision'.
+SOURCES: tuple[str, ...] = tuple(sorted({m.SOURCE for m in CONVERTERS}))
+
+
+def converter(tensors: Mapping[str, np.ndarray]) -> ModuleType | None:
+  """The converter module whose names `tensors` have, or None.
+
+  Args:
+    tensors: a checkpoint's tensors by name (as `files.read` gives them).
+
+  Returns:
+    The module of CONVERTERS that recognizes the names, or None.
+  """
+  return next((m for m in CONVERTERS if m.matches(tensors)), None)
 
 
 def detect(tensors: Mapping[str, np.ndarray]) -> str | None:
@@ -41,13 +61,11 @@ def detect(tensors: Mapping[str, np.ndarray]) -> str | None:
     tensors: a checkpoint's tensors by name (as `files.read` gives them).
 
   Returns:
-    The first key of SOURCES whose converter recognizes the names
-    ('torchvision', 'timm' or 'big_vision'), or None.
+    The source library of the converter that recognizes the names (one of
+    SOURCES: 'torchvision', 'timm', 'big_vision'), or None.
   """
-  for source, module in SOURCES.items():
-    if module.matches(tensors):
-      return source
-  return None
+  module = converter(tensors)
+  return module.SOURCE if module else None
 
 
 def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
@@ -82,7 +100,8 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
   """
   if not tensors:
     raise ConversionError(f'{file} holds no tensors.')
-  found = detect(tensors)
+  module = converter(tensors)
+  found = module.SOURCE if module else None
   if source is None:
     source = found
     if source is None:
@@ -93,7 +112,7 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
   elif source not in SOURCES:
     raise ConversionError(f'unknown source {source!r}; choose one of '
                           f'{", ".join(SOURCES)}.')
-  elif not SOURCES[source].matches(tensors):
+  elif found != source:
     first = next(iter(tensors))
     what = f'is a {found}' if found else 'is not a'
     raise ConversionError(f'{file} {what} checkpoint (its first tensor is '
@@ -104,7 +123,7 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
     if value is not None and not (isinstance(value, int) and value > 0
                                   and not isinstance(value, bool)):
       raise ConversionError(f'{what} must be a positive int, not {value!r}.')
-  return SOURCES[source].convert(tensors, file, name, num_classes, image_size)
+  return module.convert(tensors, file, name, num_classes, image_size)
 
 
 def load(path: str | os.PathLike, source: str | None = None,
@@ -131,5 +150,5 @@ def load(path: str | os.PathLike, source: str | None = None,
                  num_classes, image_size)
 
 
-__all__ = ['ConversionError', 'Converted', 'SOURCES', 'convert', 'detect',
-           'load']
+__all__ = ['CONVERTERS', 'ConversionError', 'Converted', 'SOURCES',
+           'convert', 'converter', 'detect', 'load']

@@ -109,7 +109,9 @@ class Transfer:
       shape: the shape it must have; None: any.
 
     Returns:
-      The tensor as a float32 numpy array.
+      The tensor as a float32 numpy array; an integer tensor stays as it is
+      (a step counter; the element indices zoo/export.py traces a
+      conversion with).
 
     Raises:
       ConversionError: the file has no such tensor, or it has another
@@ -124,14 +126,15 @@ class Transfer:
       raise self._misfit(f'its tensor {name!r} has shape '
                          f'{tuple(array.shape)} where {self._model} needs '
                          f'{tuple(shape)} (another model or size?).')
-    return np.asarray(array, np.float32)
+    return _float32_unless_integer(array)
 
   def put(self, target: str, value: np.ndarray):
     """Sets variable `target` ('params/...') to `value`.
 
     Args:
       target: the variable's '/'-joined path, a key of `targets`.
-      value: its value, of its shape; stored as float32.
+      value: its value, of its shape; stored as float32 (integers as they
+        are).
 
     Raises:
       ConversionError: the model has no such variable, or `value` has
@@ -143,7 +146,7 @@ class Transfer:
       raise self._misfit(f'{target} would be {tuple(value.shape)}, not '
                          f'{self.targets[target]}.')
     self.writes[target] += 1
-    self.values[target] = np.ascontiguousarray(value, np.float32)
+    self.values[target] = np.ascontiguousarray(_float32_unless_integer(value))
 
   def move(self, name: str, target: str, axes: Sequence[int] | None = None,
            convert: Callable[[np.ndarray], np.ndarray] | None = None,
@@ -236,6 +239,11 @@ class Transfer:
     return Converted(name, dict(kwargs), variables, source, dict(self.reads),
                      dict(self.writes), dict(self.ignored),
                      list(self.initialized))
+
+
+def _float32_unless_integer(array) -> np.ndarray:
+  array = np.asarray(array)
+  return array if array.dtype.kind in 'iu' else np.asarray(array, np.float32)
 
 
 def target_shapes(name: str, kwargs: Mapping[str, Any]) -> dict[str, tuple]:
