@@ -2,18 +2,19 @@
 
 `spec(name)` is a variant's metadata (family, input shape, test kwargs,
 published counts), `input_shape(name, **kwargs)` the shape of one example, and
-`model_info(name)` its parameter count and forward FLOPs, computed from shapes;
-`load_pretrained(name, path)` a model with converted pretrained weights
-(torchvision, timm, Google's ViT .npz; see zoo/convert/).
+`model_info(name)` its parameter count and forward FLOPs, computed from shapes,
+`feature_info(name)` the shapes and strides of its `features=True` outputs;
+`create(name, pretrained=TAG)` the model bound to published weights
+(zoo/weights.py lists the tags) and `load_pretrained(name, path)` a model with
+converted weights of a file (torchvision, timm, big_vision; see zoo/convert/).
 """
 
 import importlib
 import pkgutil
 
-from zoo.info import ModelInfo, model_info, num_params
-from zoo.pretrained import load_pretrained
-from zoo.registry import (ModelSpec, create, input_shape, list_models, register,
-                          spec)
+from zoo.info import Feature, ModelInfo, feature_info, model_info, num_params
+from zoo.pretrained import create, list_models, load_pretrained
+from zoo.registry import ModelSpec, input_shape, register, spec
 
 # Importing a module registers its models, and every module is imported: a
 # new model is one new file.
@@ -23,4 +24,4 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = ['create', 'list_models', 'register', 'spec', 'ModelSpec',
            'input_shape', 'model_info', 'num_params', 'ModelInfo',
-           'load_pretrained']
+           'feature_info', 'Feature', 'load_pretrained']

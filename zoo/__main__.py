@@ -1,5 +1,5 @@
-"""Prints every registered model's parameter count, forward GFLOPs, input shape
-and family.
+"""Prints every registered model's parameter count, forward GFLOPs, input
+shape, family and the tags of its published weights (zoo/weights.py).
 
     python -m zoo
 """
@@ -7,6 +7,7 @@ and family.
 from typing import Callable, Iterable
 
 import zoo
+from zoo import weights
 
 
 def table(names: Iterable[str],
@@ -20,14 +21,16 @@ def table(names: Iterable[str],
 
   Returns:
     The table as text: a header line, then name, parameters, GFLOPs, input
-    shape and family per model.
+    shape, family and weights (`pretrained=` tags) per model.
   """
-  rows = [f'{"model":<10} {"params":>13} {"GFLOPs":>8}  {"input":<10} family']
+  rows = [f'{"model":<16} {"params":>13} {"GFLOPs":>8}  {"input":<11} '
+          f'{"family":<11} weights']
   for name in names:
     info = model_info(name)
     shape = 'x'.join(map(str, info.input_shape))
-    rows.append(f'{name:<10} {info.num_params:>13,} {info.gflops:>8.3f}  '
-                f'{shape:<10} {zoo.spec(name).family}')
+    tags = ', '.join(weights.TAGS.get(name, {})) or '-'
+    rows.append(f'{name:<16} {info.num_params:>13,} {info.gflops:>8.3f}  '
+                f'{shape:<11} {zoo.spec(name).family:<11} {tags}')
   return '\n'.join(rows)
 
 

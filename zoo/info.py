@@ -64,6 +64,39 @@ def model_info(name: str, input_shape: tuple[int, ...] | None = None,
                    count_flops(jaxpr.jaxpr) / 1e9)
 
 
+@dataclasses.dataclass(frozen=True)
+class Feature:
+  """One output of a model created with `features=True`."""
+  shape: tuple[int, ...]  # One example's, HWC.
+  stride: int  # Input pixels per feature pixel, along each side.
+
+
+def feature_info(name: str, input_shape: tuple[int, ...] | None = None,
+                 **kwargs) -> list[Feature]:
+  """The shape and stride of each output of `zoo.create(name,
+  features=True, **kwargs)` for one input of `input_shape`, from shapes
+  alone (as timm's `feature_info`).
+
+  Args:
+    name: a registered name whose model takes `features=True`.
+    input_shape: one example's shape, HWC; None: the registered one.
+    **kwargs: the keyword arguments of `zoo.create`.
+
+  Returns:
+    One Feature per stage (conv nets) or block (ViT, Mixer), first to last.
+
+  Raises:
+    ValueError: the model is unknown, or is of your own and `input_shape`
+      is not given.
+    TypeError: the model has no `features` option.
+  """
+  model, x = _model_and_input(name, input_shape, {**kwargs, 'features': True})
+  outputs = jax.eval_shape(
+      lambda x: model.init_with_output(jax.random.PRNGKey(0), x)[0], x)
+  return [Feature(tuple(out.shape[1:]), x.shape[1] // out.shape[1])
+          for out in outputs]
+
+
 def num_params(name: str, input_shape: tuple[int, ...] | None = None,
                **kwargs) -> int:
   """`model_info(...).num_params` from shapes alone, without tracing the

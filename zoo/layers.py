@@ -36,6 +36,39 @@ def dense(features: int, names: Sequence[str], *,
                   **kwargs)
 
 
+def head(num_classes: int, names: Sequence[str], **kwargs):
+  """The classifier: `dense(num_classes, names, **kwargs)`, or for
+  num_classes=0 the identity, so that the model's output is its pooled
+  features (as timm's num_classes=0).
+
+  Args:
+    num_classes: the classes; 0: no head.
+    names: the logical names of the kernel's (input, output) axes.
+    **kwargs: more `dense` arguments (kernel_init, dtype, name, ...).
+
+  Returns:
+    A callable: the nn.Dense module, or the identity.
+  """
+  if num_classes == 0:
+    return lambda x: x
+  return dense(num_classes, names, **kwargs)
+
+
+def check_classes(num_classes: int):
+  """Checks that `num_classes` is a number of classes, or 0 (no head).
+
+  Args:
+    num_classes: the option's value.
+
+  Raises:
+    ValueError: it is not a non-negative int.
+  """
+  if not (isinstance(num_classes, int) and not isinstance(num_classes, bool)
+          and num_classes >= 0):
+    raise ValueError(f'num_classes must be 0 (no head: the pooled features) '
+                     f'or a number of classes, got {num_classes!r}.')
+
+
 def conv(features: int, kernel_size: Sequence[int],
          names: Sequence[str] = ('conv_in', 'conv_out'), *,
          kernel_init=initializers.lecun_normal(), **kwargs) -> nn.Conv:

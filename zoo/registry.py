@@ -189,7 +189,8 @@ def spec(name: str) -> ModelSpec:
 
 def create(name: str, **kwargs) -> nn.Module:
   """Returns the Flax Linen module registered as `name` (or at
-  'package.module:ClassName'), built with `kwargs`.
+  'package.module:ClassName'), built with `kwargs`. (`zoo.create` also
+  takes `pretrained=TAG`: zoo/pretrained.py.)
 
   Args:
     name: a registered name or 'package.module:ClassName' (see `spec`).
@@ -209,6 +210,7 @@ def create(name: str, **kwargs) -> nn.Module:
 
 def list_models(pattern: str = '*') -> list[str]:
   """Sorted names of the registered models that match an fnmatch pattern.
+  (`zoo.list_models` also takes `pretrained=True`: zoo/pretrained.py.)
 
   Args:
     pattern: an fnmatch pattern, case-sensitive (e.g. 'resnet*', 'vit_?16');

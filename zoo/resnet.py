@@ -143,12 +143,14 @@ class ResNet(nn.Module):
   drop_path_rate: float = 0.0
   batch_norm_axis_name: str | None = None
   remat: bool = False
+  features: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
   def __post_init__(self):
     # Checked on creation, so a bad option is one ValueError from zoo.create.
     layers.check_choice('padding', self.padding, ('torchvision', 'same'))
+    layers.check_classes(self.num_classes)
     layers.check_choice('kernel_init', self.kernel_init, tuple(_KERNEL_INITS))
     layers.check_rate('drop_path_rate', self.drop_path_rate)
     super().__post_init__()
@@ -173,6 +175,7 @@ class ResNet(nn.Module):
     block_cls = nn.remat(self.block_cls) if self.remat else self.block_cls
     blocks = [(i, j) for i, n in enumerate(self.stage_sizes) for j in range(n)]
     rates = layers.linear_rates(self.drop_path_rate, len(blocks))
+    stages = []
     for k, ((i, j), rate) in enumerate(zip(blocks, rates)):
       x = block_cls(self.num_filters * 2**i,
                     strides=2 if i > 0 and j == 0 else 1,
@@ -182,5 +185,9 @@ class ResNet(nn.Module):
                     # Linen's automatic name, which nn.remat would change.
                     name=f'{self.block_cls.__name__}_{k}')(x)
       x = nn.with_logical_constraint(x, IMAGE)
+      if j == self.stage_sizes[i] - 1:
+        stages.append(x)
+    if self.features:
+      return tuple(stages)
     x = jnp.mean(x, axis=(1, 2))
-    return layers.dense(self.num_classes, ('embed', 'classes'), **layer)(x)
+    return layers.head(self.num_classes, ('embed', 'classes'), **layer)(x)

@@ -219,3 +219,52 @@ def test_an_image_folder_in_the_bucket_trains_streamed(emulator, tmp_path):
   assert json.loads(emulator.read('pets_run/class_names.json')) == [
       '0', '1', '2']
   assert 'step 4: eval loss' in log
+
+
+# Weights by name from a bucket: a tag of the table, pointed at the
+# emulator's bucket, loaded twice in separate processes.
+_LOAD_TAG = '''
+import sys
+import numpy as np
+import zoo
+from zoo import weights
+weights.TAGS['resnet18']['bucket'] = weights.Weights(
+    'resnet18', 'bucket', sys.argv[1], sha256=sys.argv[2] or None)
+model = zoo.create('resnet18', pretrained='bucket')
+module, variables = model.unbind()
+print('sum', float(np.sum(variables['params']['Conv_0']['kernel'])))
+'''
+
+
+@pytest.mark.slow
+def test_weights_by_name_from_a_bucket_download_once(emulator, tmp_path):
+  state = torchvision_resnet18_state_dict()
+  write_safetensors(tmp_path / 'resnet18.safetensors', state)
+  data = (tmp_path / 'resnet18.safetensors').read_bytes()
+  emulator.write('weights/resnet18.safetensors', data)
+  url = f'gs://{BUCKET}/weights/resnet18.safetensors'
+  # The zoo alone, without the recipes' storage module, which routes epath
+  # to the emulator: as recipes/runtime/storage.py does.
+  env = {**os.environ, 'STORAGE_EMULATOR_HOST': emulator.url,
+         'EPATH_USE_TF': 'false', 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false',
+         'PYTHONPATH': ROOT, 'JAX_MODEL_ZOO_WEIGHTS': str(tmp_path / 'zoo'),
+         'JAX_PLATFORMS': 'cpu'}
+
+  def load(sha256=''):
+    return subprocess.run([sys.executable, '-c', _LOAD_TAG, url, sha256],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+  wrong = load('0' * 64)  # A published SHA-256 the file does not have.
+  assert wrong.returncode == 1
+  assert 'damaged both times (SHA-256' in wrong.stderr.splitlines()[-1]
+  first = load()
+  assert first.returncode == 0, first.stderr[-3000:]
+  expected = float(np.sum(state['conv1.weight']))
+  assert abs(float(first.stdout.split()[-1]) - expected) < 1e-3
+  assert os.listdir(tmp_path / 'zoo' / 'downloads') == [
+      'resnet18.safetensors']
+  emulator.stop()  # No network from now on.
+  second = load()
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert second.stdout == first.stdout

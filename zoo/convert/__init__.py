@@ -12,13 +12,19 @@ SRC_FILE DST_DIR` writes the result as an orbax checkpoint that
 Converters, one module per source library and family (every module of this
 package with a SOURCE is one; a new one is a new file):
   torchvision  ResNet-18/34/50/101/152 state dicts     torchvision_resnet.py
-  timm         ViT-Ti/S/B/L state dicts (exact GELU)   timm_vit.py
-  big_vision   Google's ViT .npz files (tanh GELU)     big_vision_vit.py
+  timm         ViT, SigLIP, DINOv2 state dicts        timm_vit.py
+  big_vision   Google's ViT, SigLIP .npz (tanh GELU)   big_vision_vit.py
+  timm         ConvNeXt-T/S/B/L state dicts            timm_convnext.py
+  torchvision  ConvNeXt-T/S/B/L state dicts            torchvision_convnext.py
+  timm         Mixer-S/B/L state dicts (exact GELU)    timm_mixer.py
+  big_vision   Google's Mixer .npz files (tanh GELU)   big_vision_mixer.py
+  timm         BiT-R50x1 ... R152x4 state dicts        timm_bit.py
+  big_vision   BiT's published and big_vision .npz     big_vision_bit.py
 Each has `SOURCE`, `matches(tensors)` (the tensors' names are its; no two
 converters match the same file) and `convert(...)`; an exportable one also
 `template(name, kwargs)`, the names and shapes of the file a zoo model makes
-(zoo/export.py). Files are read by files.py (.safetensors without torch; .pth with torch;
-.npz); transfer.py checks that every tensor is used exactly once and every
+(export.py). Files are read by files.py (.safetensors without torch; .pth
+with torch; .npz); transfer.py checks that every tensor is used exactly once and every
 variable set exactly once, and names the first tensor that does not fit.
 """
 

@@ -22,10 +22,17 @@ a 'params/' or 'opt/target/' prefix; Linen's numbering (LayerNorm_0,
 MultiHeadDotProductAttention_0, LayerNorm_1, MlpBlock_0); the position
 embedding at 'Transformer/pos_embedding' or at the top, 'pos_embedding',
 without the class token's entry; none at all (posemb='sincos2d'); no 'cls'
-(pool_type='gap'); and the blocks stacked along a first axis in
-'Transformer/encoderblock/...' (scan_layers). MAP heads and hybrid ResNet
-stems are not in the zoo's ViT. These models use Flax's tanh-approximated
-GELU, so the converted model keeps gelu='tanh'.
+(pool_type='gap'); the blocks stacked along a first axis in
+'Transformer/encoderblock/...' (scan_layers); and the multi-head attention
+pooling head (pool_type='map'; vit.py `MAPHead`, auto-named MAPHead_0:
+`probe`, MultiHeadDotProductAttention_0, LayerNorm_0, MlpBlock_0), which
+becomes pool='map'. SigLIP's files (big_vision/models/proj/image_text/
+two_towers.py) hold both towers under 'params/img/' (this ViT, no head:
+out_dim (None, ...)) and 'params/txt/' (text_transformer.py), and the loss's
+temperature 'params/t' and bias 'params/b': the image tower is converted, the
+rest set aside by name. Hybrid ResNet stems are not in the zoo's ViT. These
+models use Flax's tanh-approximated GELU, so the converted model keeps
+gelu='tanh'.
 """
 
 from typing import Mapping
@@ -38,7 +45,12 @@ from zoo.convert.transfer import (ConversionError, Converted, Transfer,
                                   target_shapes)
 
 SOURCE = 'big_vision'
-_PREFIXES = ('', 'params/', 'opt/target/')
+# 'params/img/': SigLIP's image tower (two_towers.py names it 'img').
+_PREFIXES = ('', 'params/', 'opt/target/', 'params/img/')
+_TWO_TOWERS = 'params/img/'
+# What else a SigLIP file holds, by its first name under 'params/'.
+_NOT_THE_IMAGE_TOWER = {'txt': 'the text tower', 't': 'the loss temperature',
+                        'b': 'the loss bias'}
 _POSEMB = ('Transformer/posembed_input/pos_embedding',
            'Transformer/pos_embedding', 'pos_embedding')
 # A block's children: pre-Linen numbering (published ViT checkpoints), then
@@ -61,7 +73,8 @@ def _prefix(tensors: Mapping[str, np.ndarray]) -> str | None:
 def matches(tensors: Mapping[str, np.ndarray]) -> bool:
   """Whether `tensors` are named as a Google ViT or big_vision .npz.
 
-  Any of the prefixes '', 'params/' and 'opt/target/' is taken.
+  Any of the prefixes '', 'params/', 'opt/target/' and 'params/img/'
+  (SigLIP's image tower) is taken.
 
   Args:
     tensors: a checkpoint's tensors by name.
@@ -83,8 +96,9 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
     file: what to call the file in error messages.
     name: a zoo ViT ('vit_b16') or timm's ViT name (its patch size wins
       over the file's); None: the zoo ViT of the file's sizes.
-    num_classes: the model's classes; None: the file's. Another number
-      leaves the head to initialization.
+    num_classes: the model's classes (0: no head); None: the file's (0
+      without a head, as SigLIP's image tower). Another number leaves the
+      head to initialization.
     image_size: the model's input side, in pixels, a multiple of the patch
       size; None: the file's.
 
@@ -94,19 +108,18 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
 
   Raises:
     ConversionError: the file is not such a ViT (no patch embedding; a
-      hybrid or MAP-head model), no zoo ViT has its sizes, `name` is not a
-      ViT, or a tensor does not fit.
+      hybrid model), no zoo ViT has its sizes, `name` is not a ViT, or a
+      tensor does not fit.
     ValueError: `name` is not a known model.
   """
   p = _prefix(tensors)
   if p is None:
     raise ConversionError(f'{file} has no tensor \'embedding/kernel\': not a '
                           'ViT checkpoint of Google\'s ViT code or big_vision.')
-  for marker, what in (('conv_root/kernel', 'a hybrid ResNet+ViT'),
-                       ('MAPHead_0/probe', 'a ViT with a MAP head')):
-    if f'{p}{marker}' in tensors:
-      raise ConversionError(f'{file} is {what} ({p}{marker}), which the '
-                            'zoo\'s ViT is not.')
+  if f'{p}conv_root/kernel' in tensors:
+    raise ConversionError(f'{file} is a hybrid ResNet+ViT '
+                          f'({p}conv_root/kernel), which the zoo\'s ViT is '
+                          'not.')
   stacked = f'{p}Transformer/encoderblock/LayerNorm_0/scale' in tensors
   if stacked:
     blocks = f'{p}Transformer/encoderblock/'
@@ -128,13 +141,16 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
   dense = tensors.get(f'{first}{mlp}/Dense_0/kernel')
   mlp_dim = int(dense.shape[-1]) if dense is not None else 0
   class_token = f'{p}cls' in tensors
+  pool = ('map' if f'{p}MAPHead_0/probe' in tensors else
+          'token' if class_token else 'gap')
   pos_name = next((f'{p}{n}' for n in _POSEMB if f'{p}{n}' in tensors), None)
 
   if name:
     name, fixed = variants.resolve(name)
     variants.check_vit(file, name)
   else:
-    name, fixed = variants.vit(file, width, depth, mlp_dim, num_heads), {}
+    name, fixed = variants.vit(file, width, depth, mlp_dim, num_heads,
+                               pool=pool), {}
   file_classes, num_classes = heads.classes(tensors, f'{p}head/bias', file,
                                             num_classes)
   patch = fixed.get('patch_size', patch)
@@ -146,8 +162,11 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
     kwargs['posemb'] = 'sincos2d'
     kwargs['image_size'] = image_size or registry.spec(name).defaults[
         'image_size']
-  if not class_token:
-    kwargs['pool'] = 'gap'
+  # What the file has of the structure; the model's defaults may differ (a
+  # big_vision file has no registers or layer scale).
+  kwargs.update(variants.differing(
+      name, pool=pool, num_registers=0, layer_scale=0.0,
+      **({'class_posemb': True} if class_token else {})))
   variants.check_image_size(kwargs['image_size'], patch)
   if f'{p}pre_logits/kernel' in tensors:
     kwargs['pre_logits'] = int(tensors[f'{p}pre_logits/kernel'].shape[-1])
@@ -189,9 +208,27 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
         block(i, f'{mlp}/Dense_{k}/{leaf}', f'{target}/Dense_{k}/{leaf}')
   t.move(f'{p}Transformer/encoder_norm/scale', 'params/final_norm/scale')
   t.move(f'{p}Transformer/encoder_norm/bias', 'params/final_norm/bias')
+  if pool == 'map':
+    head, target = f'{p}MAPHead_0/', 'params/map_head/'
+    t.move(f'{head}probe', f'{target}probe')
+    for leaf in ('kernel', 'bias'):
+      for part in ('query', 'key', 'value', 'out'):
+        t.move(f'{head}MultiHeadDotProductAttention_0/{part}/{leaf}',
+               f'{target}Attention_0/{part}/{leaf}')
+      for k in range(2):
+        t.move(f'{head}MlpBlock_0/Dense_{k}/{leaf}',
+               f'{target}Dense_{k}/{leaf}')
+    for leaf in ('scale', 'bias'):
+      t.move(f'{head}LayerNorm_0/{leaf}', f'{target}LayerNorm_0/{leaf}')
   if 'pre_logits' in kwargs:
     t.move(f'{p}pre_logits/kernel', 'params/pre_logits/kernel')
     t.move(f'{p}pre_logits/bias', 'params/pre_logits/bias')
+  if p == _TWO_TOWERS:
+    for tensor in tensors:
+      if not tensor.startswith(p):
+        first = tensor.removeprefix('params/').split('/')[0]
+        t.ignore(tensor, _NOT_THE_IMAGE_TOWER.get(first,
+                                                  'not of the image tower'))
   heads.move(t, f'{p}head/kernel', f'{p}head/bias', 'params/head', (0, 1),
              file_classes, num_classes)
   return t.finish(name, kwargs, SOURCE)

@@ -12,7 +12,7 @@ needed. Conv weights (out, in, h, w) become kernels (h, w, in, out), linear
 weights (out, in) kernels (in, out).
 """
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -74,6 +74,58 @@ def architecture(tensors: Mapping[str, np.ndarray], file: str) -> str:
         f'have {tuple(stages)} {"bottleneck" if bottleneck else "basic"} '
         'blocks.')
   return name
+
+
+def template(name: str, kwargs: Mapping[str, Any]) -> dict[str, tuple]:
+  """The names and shapes of torchvision's state dict of the zoo ResNet
+  `name` with `kwargs`, in torchvision's order (for zoo/convert/export.py).
+
+  Args:
+    name: one of MODELS' names.
+    kwargs: its `zoo.create` arguments.
+
+  Returns:
+    {tensor name: shape}.
+
+  Raises:
+    ConversionError: `name` is not one of MODELS' (another family).
+  """
+  if name not in MODELS.values():
+    raise ConversionError(f'{name} is not a torchvision ResNet.')
+  shapes = {}
+
+  def conv(source, out, inp, size):
+    shapes[f'{source}.weight'] = (out, inp, size, size)
+
+  def batch_norm(source, channels):
+    for leaf in ('weight', 'bias', 'running_mean', 'running_var'):
+      shapes[f'{source}.{leaf}'] = (channels,)
+    shapes[f'{source}.num_batches_tracked'] = ()
+
+  model = registry.create(name, **kwargs)
+  width = model.num_filters
+  bottleneck = model.block_cls.__name__ == 'Bottleneck'
+  expansion = 4 if bottleneck else 1
+  conv('conv1', width, 3, 7)
+  batch_norm('bn1', width)
+  channels = width
+  for i, num_blocks in enumerate(model.stage_sizes, 1):
+    planes = width * 2**(i - 1)
+    for j in range(num_blocks):
+      source = f'layer{i}.{j}'
+      sizes = ((planes, channels, 1), (planes, planes, 3),
+               (planes * 4, planes, 1)) if bottleneck else (
+                   (planes, channels, 3), (planes, planes, 3))
+      for c, (out, inp, size) in enumerate(sizes, 1):
+        conv(f'{source}.conv{c}', out, inp, size)
+        batch_norm(f'{source}.bn{c}', out)
+      if j == 0 and (i > 1 or channels != planes * expansion):
+        conv(f'{source}.downsample.0', planes * expansion, channels, 1)
+        batch_norm(f'{source}.downsample.1', planes * expansion)
+      channels = planes * expansion
+  shapes['fc.weight'] = (model.num_classes, channels)
+  shapes['fc.bias'] = (model.num_classes,)
+  return shapes
 
 
 def convert(tensors: Mapping[str, np.ndarray], file: str,

@@ -241,6 +241,24 @@ class Transfer:
                      list(self.initialized))
 
 
+def check_family(name: str, cls: type, what: str):
+  """Checks that the zoo model `name` is a `cls`, for a converter of
+  `what` files (e.g. 'timm BiT').
+
+  Args:
+    name: a registered name.
+    cls: the zoo's class of the converter's family.
+    what: the files, for the message.
+
+  Raises:
+    ConversionError: `name` is a model of another class.
+    ValueError: `name` is not a known model.
+  """
+  if not issubclass(registry.spec(name).cls, cls):
+    raise ConversionError(f'{name} is not a {cls.__name__}, which {what} '
+                          'files hold.')
+
+
 def _float32_unless_integer(array) -> np.ndarray:
   array = np.asarray(array)
   return array if array.dtype.kind in 'iu' else np.asarray(array, np.float32)

@@ -131,11 +131,15 @@ def test_files_that_do_not_fit_name_the_tensor():
   with pytest.raises(ValueError, match=r"'Transformer/encoderblock_12/x' has "
                      'no place in vit_ti16'):
     convert.convert(extra)
-  for marker, what in (('MAPHead_0/probe', 'MAP head'),
-                       ('conv_root/kernel', 'hybrid')):
-    with pytest.raises(ValueError, match=what):
-      convert.convert({**google_vit_npz(SIZES, 'big_vision', 'gap'),
-                       f'params/{marker}': np.ones(1, np.float32)})
+  with pytest.raises(ValueError, match='hybrid'):
+    convert.convert({**google_vit_npz(SIZES, 'big_vision', 'gap'),
+                     'params/conv_root/kernel': np.ones(1, np.float32)})
+  # A MAP head is a SigLIP tower's (tests/unit/zoo/convert/
+  # test_convert_siglip.py); none is of ViT-Ti's sizes.
+  with pytest.raises(ValueError, match=r"width 192, depth 12, MLP 768, 3 "
+                     r"heads: not one of the zoo's siglip ViTs"):
+    convert.convert({**google_vit_npz(SIZES, 'big_vision', 'gap'),
+                     'params/MAPHead_0/probe': np.ones(1, np.float32)})
   with pytest.raises(ValueError, match='not a multiple of the patch size'):
     convert.convert(google_vit_npz(SIZES), image_size=50)
   with pytest.raises(ValueError, match='is a big_vision checkpoint'):
@@ -150,6 +154,28 @@ def test_each_registered_vit_is_found_by_its_sizes():
   assert variants.vit('f', 192, 12, 768, 3) == 'vit_ti16'
   with pytest.raises(ValueError, match='width 1280, depth 32'):
     variants.vit('f', 1280, 32, 5120, 16)  # ViT-H/14.
+  # A MAP head is SigLIP's; layer scale and registers DINOv2's.
+  assert variants.vit('f', 1152, 27, 4304, 16, pool='map') == (
+      'siglip_so400m14')
+  assert variants.vit('f', 768, 12, 3072, layer_scale=True) == 'dinov2_b14'
+  assert variants.vit('f', 1024, 24, 4096, layer_scale=True,
+                      num_registers=4) == 'dinov2_l14_reg4'
+
+
+def test_timm_names_are_the_zoo_variants_of_their_family():
+  assert variants.resolve('vit_base_patch32_384.augreg_in21k') == (
+      'vit_b16', {'patch_size': 32})
+  assert variants.resolve('vit_so400m_patch14_siglip_224.v2_webli') == (
+      'siglip_so400m14', {'patch_size': 14})
+  # timm's SigLIP B/32 computes the tanh GELU, its B/16 the exact one.
+  assert variants.resolve('vit_base_patch32_siglip_256') == (
+      'siglip_b16', {'patch_size': 32, 'gelu': 'tanh'})
+  assert variants.resolve('vit_small_patch14_reg4_dinov2.lvd142m') == (
+      'dinov2_s14_reg4', {'patch_size': 14})
+  assert variants.resolve('vit_large_patch14_dinov2') == (
+      'dinov2_l14', {'patch_size': 14})
+  with pytest.raises(ValueError, match='converts to one of vit_b16'):
+    variants.check_vit('f', 'resnet50')
 
 
 def test_bfloat16_checkpoints_load_as_float32(tmp_path):

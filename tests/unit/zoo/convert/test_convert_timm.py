@@ -22,6 +22,7 @@ from tests.convert_helpers import (RTOL, assert_exactly_once, images,
                                    randomize_torch, relative_difference,
                                    torch_logits, zoo_logits)
 from zoo import convert
+from zoo.convert import export, timm_vit
 
 SIZE = 48  # A 3x3 grid of 16x16 patches.
 
@@ -116,3 +117,49 @@ def test_a_larger_image_size_resizes_the_position_embedding(tmp_path):
   logits = zoo_logits('vit_ti16', converted.kwargs, converted.variables,
                       images(1, 80))
   assert logits.shape == (1, 1000) and np.isfinite(logits).all()
+
+
+def test_features_are_timms_intermediates(tmp_path):
+  model, path = _reference('vit_tiny_patch16_224', tmp_path)
+  converted = convert.load(path)
+  x = images(2, SIZE)
+  ours = zoo_logits('vit_ti16', {**converted.kwargs, 'features': True},
+                    converted.variables, x)
+  with torch.no_grad():
+    theirs = model.forward_intermediates(torch.as_tensor(x),
+                                         intermediates_only=True)
+  assert len(ours) == len(theirs) == 12
+  for block, (a, b) in enumerate(zip(ours, theirs)):
+    b = b.numpy().transpose(0, 2, 3, 1)  # NCHW -> NHWC, no class token.
+    assert a.shape == b.shape == (2, 3, 3, 192)
+    difference = relative_difference(a, b)
+    assert difference <= RTOL, (block, difference)
+
+
+def test_template_is_timms_state_dict():
+  kwargs = {**zoo.spec('vit_ti16').defaults, 'image_size': SIZE,
+            'num_classes': 10, 'patch_size': 8}
+  theirs = timm.create_model('vit_tiny_patch16_224', img_size=SIZE,
+                             num_classes=10, patch_size=8)
+  assert list(timm_vit.template('vit_ti16', kwargs).items()) == [
+      (k, tuple(v.shape)) for k, v in theirs.state_dict().items()]
+  with pytest.raises(ValueError, match='not a timm ViT'):
+    timm_vit.template('vit_ti16', {**kwargs, 'posemb': 'sincos2d'})
+
+
+def test_export_gives_timm_the_same_model(tmp_path):
+  model, path = _reference('vit_tiny_patch16_224', tmp_path)
+  converted = convert.load(path)
+  tensors = export.state_dict(timm_vit, 'vit_ti16', converted.kwargs,
+                              converted.variables)
+  fresh = timm.create_model('vit_tiny_patch16_224', img_size=SIZE)
+  fresh.load_state_dict({k: torch.as_tensor(v) for k, v in tensors.items()},
+                        strict=True)
+  x = images(2, SIZE)
+  difference = relative_difference(torch_logits(fresh.eval(), x),
+                                   torch_logits(model, x))
+  assert difference <= RTOL, difference
+  with pytest.raises(ValueError, match="gelu='tanh'"):
+    export.state_dict(timm_vit, 'vit_ti16', {**converted.kwargs,
+                                             'gelu': 'tanh'},
+                      converted.variables)

@@ -23,6 +23,7 @@ from tests.convert_helpers import (RTOL, assert_exactly_once, images,
                                    randomize_torch, relative_difference,
                                    torch_logits, zoo_logits)
 from zoo import convert
+from zoo.convert import export
 
 
 def _reference(name: str, tmp_path, fmt: str = 'safetensors', seed: int = 0,
@@ -122,3 +123,42 @@ def test_a_file_of_another_model_names_the_first_tensor_that_does_not_fit(
   with pytest.raises(ValueError, match=r'not a torchvision ResNet-18/34/50/'
                      r'101/152: its stages have \(3, 4, 6, 2\) basic'):
     convert.convert(wide, 'torchvision')
+
+
+def test_features_are_torchvisions_stage_outputs(tmp_path):
+  model, path = _reference('resnet18', tmp_path)
+  converted = convert.load(path, 'torchvision')
+  x = images(2, 64)
+  stages = {}
+  for i in range(1, 5):
+    getattr(model, f'layer{i}').register_forward_hook(
+        lambda module, inputs, out, i=i: stages.__setitem__(i, out))
+  torch_logits(model, x)
+  ours = zoo.create('resnet18', features=True).apply(
+      converted.variables, np.asarray(x).transpose(0, 2, 3, 1))
+  assert len(ours) == 4
+  for i, feature in enumerate(ours, 1):
+    theirs = stages[i].detach().numpy().transpose(0, 2, 3, 1)
+    assert feature.shape == theirs.shape
+    assert relative_difference(feature, theirs) <= RTOL, i
+
+
+@pytest.mark.parametrize('name', ['resnet18', 'resnet50'])
+def test_template_is_torchvisions_state_dict(name):
+  theirs = getattr(torchvision.models, name)().state_dict()
+  assert convert.torchvision_resnet.template(
+      name, zoo.spec(name).defaults) == {
+          k: tuple(v.shape) for k, v in theirs.items()}
+
+
+def test_export_gives_torchvision_the_same_model(tmp_path):
+  model, path = _reference('resnet18', tmp_path)
+  converted = convert.load(path, 'torchvision')
+  tensors = export.state_dict(convert.torchvision_resnet, 'resnet18',
+                              converted.kwargs, converted.variables)
+  fresh = torchvision.models.resnet18().eval()
+  fresh.load_state_dict({k: torch.from_numpy(np.asarray(v))
+                         for k, v in tensors.items()}, strict=True)
+  x = images(2, 64)
+  assert relative_difference(torch_logits(fresh, x),
+                             torch_logits(model, x)) == 0

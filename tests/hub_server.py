@@ -1,0 +1,64 @@
+"""A local HTTP server that answers as the Hugging Face Hub does for file
+downloads, for HF_ENDPOINT in tests: HEAD and GET of
+/{owner}/{name}/resolve/{revision}/{file}, with the headers
+huggingface_hub reads (X-Repo-Commit, the ETag that is the file's SHA-256,
+Content-Length). It serves the files it is given, counts the requests, and
+can serve damaged bytes a number of times."""
+
+import hashlib
+import http.server
+import threading
+
+
+class HubServer:
+  """Serves {'owner/name/file': bytes} at `url` on a thread until `stop`."""
+
+  def __init__(self, files: dict[str, bytes]):
+    self.files = dict(files)
+    self.requests: list[str] = []
+    self.damaged = 0  # Serve this many GETs with a flipped byte.
+    server = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+
+      def log_message(self, *args):  # Quiet.
+        del args
+
+      def _answer(self, body: bool):
+        server.requests.append(f'{self.command} {self.path}')
+        parts = self.path.lstrip('/').split('/')
+        data = None
+        if len(parts) > 4 and parts[2] == 'resolve':  # Else not a file.
+          data = server.files.get('/'.join(parts[:2] + parts[4:]))
+        if data is None:
+          self.send_response(404)
+          self.send_header('X-Error-Code', 'EntryNotFound')
+          self.end_headers()
+          return
+        digest = hashlib.sha256(data).hexdigest()
+        if body and server.damaged:
+          server.damaged -= 1
+          data = bytes([data[0] ^ 1]) + data[1:]
+        self.send_response(200)
+        self.send_header('X-Repo-Commit', '0' * 40)
+        self.send_header('ETag', f'"{digest}"')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        if body:
+          self.wfile.write(data)
+
+      def do_HEAD(self):  # pylint: disable=invalid-name
+        self._answer(body=False)
+
+      def do_GET(self):  # pylint: disable=invalid-name
+        self._answer(body=True)
+
+    self._httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    self.url = f'http://127.0.0.1:{self._httpd.server_address[1]}'
+    self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                    daemon=True)
+    self._thread.start()
+
+  def stop(self):
+    self._httpd.shutdown()
+    self._httpd.server_close()

@@ -1,0 +1,131 @@
+"""Weights by name: `zoo.create(name, pretrained=TAG)` downloads a tag's file
+once from a local server standing in for the Hugging Face Hub (HF_ENDPOINT),
+checks it against the Hub's SHA-256, converts it, caches the conversion and
+afterwards never touches the network. The same from a bucket is in
+tests/integration/test_gcs.py."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import zoo
+from tests.convert_helpers import torchvision_resnet18_state_dict
+from tests.hub_server import HubServer
+from zoo import convert, download, pretrained, weights
+
+FILE = 'timm/resnet18.tv_in1k/model.safetensors'
+IMAGES = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(
+    np.float32)
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+  """The Hub with resnet18.tv_in1k's file, and empty caches."""
+  state = torchvision_resnet18_state_dict()
+  server = HubServer({FILE: safetensors.numpy.save(state)})
+  monkeypatch.setenv('HF_ENDPOINT', server.url)
+  monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hf'))
+  monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(tmp_path / 'zoo'))
+  server.state = state
+  yield server
+  server.stop()
+
+
+def _assert_the_files_weights(model, state):
+  """`model` is bound to the file's weights, converted without the Hub."""
+  module, variables = model.unbind()
+  assert module == zoo.create('resnet18')
+  expected = convert.convert(state, 'torchvision').variables
+  jax.tree.map(np.testing.assert_array_equal, variables, expected)
+
+
+def _downloads(server) -> list[str]:
+  return [r for r in server.requests if r.startswith('GET /timm/')]
+
+
+def test_first_use_downloads_and_later_ones_read_the_cache_only(hub):
+  model = zoo.create('resnet18', pretrained='tv_in1k')
+  _assert_the_files_weights(model, hub.state)
+  logits = model(IMAGES)  # A bound module is called directly.
+  assert logits.shape == (2, 1000)
+  assert len(_downloads(hub)) == 1
+  cached = os.path.join(pretrained.cache_dir(),
+                        'resnet18.tv_in1k.safetensors')
+  assert os.path.isfile(cached)
+  hub.stop()  # No network from now on.
+  hub.requests.clear()
+  again = zoo.create('resnet18', pretrained=True)  # The first tag.
+  _assert_the_files_weights(again, hub.state)
+  assert hub.requests == []
+
+
+@pytest.mark.slow  # Initializes ResNet-18 at 224x224 for the new head.
+def test_a_new_head_on_cached_weights(hub, caplog):
+  zoo.create('resnet18', pretrained='tv_in1k')
+  with caplog.at_level('WARNING'):
+    model = zoo.create('resnet18', pretrained='tv_in1k', num_classes=10)
+  variables = model.unbind()[1]
+  assert variables['params']['Dense_0']['kernel'].shape == (512, 10)
+  assert 'params/Dense_0/kernel' in caplog.text  # Said to be new.
+
+
+def test_a_damaged_download_is_fetched_again(hub):
+  hub.damaged = 1
+  model = zoo.create('resnet18', pretrained='tv_in1k')
+  assert len(_downloads(hub)) == 2
+  _assert_the_files_weights(model, hub.state)
+
+
+def test_a_download_damaged_twice_is_one_line_and_caches_nothing(hub):
+  hub.damaged = 2
+  with pytest.raises(download.DownloadError,
+                     match='damaged both times.*SHA-256') as raised:
+    zoo.create('resnet18', pretrained='tv_in1k')
+  assert '\n' not in str(raised.value)
+  assert not os.path.exists(pretrained.cache_dir()) or not os.listdir(
+      pretrained.cache_dir())
+
+
+@pytest.mark.slow  # huggingface_hub retries for about 25 s first.
+def test_no_network_is_one_line_saying_what_to_download(hub):
+  hub.stop()
+  with pytest.raises(download.DownloadError) as raised:
+    zoo.create('resnet18', pretrained='tv_in1k')
+  message = str(raised.value)
+  assert '\n' not in message
+  assert f'download {hub.url}/timm/resnet18.tv_in1k/resolve/main/' \
+         'model.safetensors elsewhere' in message
+  assert 'zoo.load_pretrained(NAME, PATH)' in message
+
+
+def test_a_damaged_cache_is_converted_again(hub, caplog):
+  zoo.create('resnet18', pretrained='tv_in1k')
+  cached = os.path.join(pretrained.cache_dir(),
+                        'resnet18.tv_in1k.safetensors')
+  with open(cached, 'r+b') as f:
+    f.truncate(100)
+  with caplog.at_level('WARNING'):
+    model = zoo.create('resnet18', pretrained='tv_in1k')
+  assert 'cannot be read' in caplog.text
+  _assert_the_files_weights(model, hub.state)
+
+
+def test_unknown_tags_and_models_without_weights_are_one_line():
+  with pytest.raises(ValueError, match="no weights 'nope'; its tags: "
+                     'tv_in1k, tv2_in1k'):
+    zoo.create('resnet50', pretrained='nope')
+  with pytest.raises(ValueError, match="'cnn' has no published weights"):
+    zoo.create('cnn', pretrained=True)
+
+
+def test_every_tag_names_a_registered_model_and_a_known_place():
+  assert zoo.list_models(pretrained=True) == sorted(weights.TAGS)
+  for model, tags in weights.TAGS.items():
+    assert model in zoo.list_models(), model
+    for tag, published in tags.items():
+      assert published.url.startswith(('hf://', 'gs://')), published
+      assert published.name == f'{model}.{tag}'
+      assert published.top1 is None or 60 < published.top1 < 95
