@@ -5,6 +5,7 @@ into the typed settings of the layers below (UpdateRules, ParallelSettings,
 Preprocessing)."""
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -76,6 +77,15 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
   if config.cross_device_batch_norm and batch_axis:
     kwargs['batch_norm_axis_name'] = batch_axis
   try:
+    if config.pretrained:  # What the weights fix, unless the config says.
+      fixed = {k: v for k, v in pretrained_weights(config).kwargs.items()
+               if k != 'num_classes'}
+      for key in sorted(set(fixed) & set(kwargs)):
+        if fixed[key] != kwargs[key]:
+          _warn_once(f'model_kwargs.{key} is {kwargs[key]!r}, and the weights '
+                     f'{config.pretrained} were made with {fixed[key]!r}: the '
+                     'model will compute something else than they did.')
+      kwargs = {**fixed, **kwargs}
     return zoo.create(config.model, num_classes=num_classes, dtype=dtype,
                       **kwargs)
   except TypeError as e:
@@ -86,6 +96,30 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
     raise UserError(str(e)) from None
   except ValueError as e:
     raise UserError(str(e)) from None
+
+
+@functools.cache
+def _warn_once(message: str):  # create_model runs more than once a run.
+  logging.warning(message)
+
+
+def pretrained_weights(config: ml_collections.ConfigDict):
+  """The converted weights `config.pretrained` names (downloaded the first
+  time), at the image size of config.model_kwargs where it sets one.
+
+  Args:
+    config: the run's config: model, model_kwargs, pretrained.
+
+  Returns:
+    The zoo.convert.Converted weights.
+
+  Raises:
+    ValueError: an unknown tag, a failed download (one line saying what to
+      download by hand) or conversion.
+  """
+  return zoo.pretrained.published(
+      config.model, config.pretrained,
+      image_size=config.model_kwargs.to_dict().get('image_size'))
 
 
 def update_rules(config: ml_collections.ConfigDict) -> UpdateRules:

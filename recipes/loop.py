@@ -191,13 +191,17 @@ def _start(config, workdir, exp, mngr):
         f'the last step of this run ({exp.num_steps}); raise '
         '--config.num_train_steps (or num_epochs) to train on, or use another '
         '--workdir.')
-  if config.init_from:
-    if start_step == 0:
-      state = resume.init_from(config.init_from, exp.strategy, state)
-    else:
-      logging.warning('Not reading --config.init_from=%s: resuming from this '
-                      "workdir's own checkpoint of step %d.",
-                      config.init_from, start_step)
+  start = 'init_from' if config.init_from else 'pretrained'
+  if config[start] and start_step > 0:
+    logging.warning('Not reading --config.%s=%s: resuming from this '
+                    "workdir's own checkpoint of step %d.", start,
+                    config[start], start_step)
+  elif config.init_from:
+    state = resume.init_from(config.init_from, exp.strategy, state)
+  elif config.pretrained:
+    state = resume.init_from_weights(
+        experiment.pretrained_weights(config).variables,
+        f'{config.model}.{config.pretrained}', exp.strategy, state)
   if jax.process_index() == 0:
     (storage.path(workdir) / 'config.json').write_text(
         config.to_json_best_effort(indent=2, sort_keys=True))

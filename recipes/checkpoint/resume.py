@@ -59,6 +59,46 @@ def init_from(path: str, strategy, state):
   target = strategy.checkpoint_target(state)
   loaded, kept = load_params(
       path, {'params': target.params, 'batch_stats': target.batch_stats})
+  return _start_from(loaded, kept, path, strategy, state)
+
+
+def init_from_weights(variables: dict, name: str, strategy, state):
+  """`state` with the variables of published weights where they fit (their
+  name and shape), for --config.pretrained.
+
+  Args:
+    variables: the converted weights' {'params': ..., 'batch_stats': ...},
+      nested dicts of numpy arrays, the same on every process.
+    name: what to call them in the log, e.g. 'resnet50.tv2_in1k'.
+    strategy: the run's strategy, which places the arrays.
+    state: the freshly initialized state to take the other arrays from.
+
+  Returns:
+    `state` with the weights' parameters and batch statistics.
+
+  Raises:
+    UserError: none of the weights' parameters fits the model.
+  """
+  target = strategy.checkpoint_target(state)
+  wanted = traverse_util.flatten_dict(
+      {'params': target.params, 'batch_stats': target.batch_stats}, sep='/')
+  given = traverse_util.flatten_dict(variables, sep='/')
+  loaded = {
+      key: jax.make_array_from_callback(
+          leaf.shape, leaf.sharding,
+          lambda index, a=given[key], dtype=leaf.dtype: a[index].astype(dtype))
+      for key, leaf in wanted.items()
+      if key in given and tuple(given[key].shape) == tuple(leaf.shape)}
+  if not any(key.startswith('params/') for key in loaded):
+    raise UserError(f'no parameter of this model has the same name and shape '
+                    f'in the weights {name} (--config.pretrained).')
+  return _start_from(loaded, sorted(set(wanted) - set(loaded)), name,
+                     strategy, state)
+
+
+def _start_from(loaded: dict, kept: list[str], source: str, strategy, state):
+  """`state` with the `loaded` arrays (flat names, placed as the state's)
+  from `source`; the `kept` ones stay as initialized, with a warning."""
   whole = strategy.to_checkpoint(state)
   variables = traverse_util.flatten_dict(
       {'params': whole.params, 'batch_stats': whole.batch_stats}, sep='/')
@@ -67,10 +107,10 @@ def init_from(path: str, strategy, state):
   stats = sum(name.startswith('batch_stats/') for name in loaded)
   logging.info('Initialized %d parameter arrays%s from %s.',
                len(loaded) - stats,
-               f' and {stats} batch statistics' if stats else '', path)
+               f' and {stats} batch statistics' if stats else '', source)
   if kept:
     logging.warning('Not in %s with the same shape, so trained from scratch: '
-                    '%s.', path, ', '.join(kept))
+                    '%s.', source, ', '.join(kept))
   whole = whole.replace(params=variables['params'],
                         batch_stats=variables.get('batch_stats',
                                                   whole.batch_stats))
@@ -80,7 +120,7 @@ def init_from(path: str, strategy, state):
   return strategy.from_checkpoint(whole)
 
 
-def _step_directory(name: str) -> epath.Path:
+def step_directory(name: str) -> epath.Path:
   """The checkpoint directory `name` names: a step's directory, or the latest
   step of a checkpoints directory or of a run's workdir."""
   path = storage.path(name)
@@ -95,6 +135,32 @@ def _step_directory(name: str) -> epath.Path:
                   'a run\'s workdir, its checkpoints directory, one step '
                   'directory in it, or a directory that python -m '
                   'recipes.convert wrote.')
+
+
+def saved_shapes(directory: epath.Path,
+                 collections: tuple[str, ...] = ('params', 'batch_stats')
+                 ) -> dict[str, tuple[int, ...]]:
+  """{'params/Dense_0/kernel': shape, ...} of the arrays of `collections` in
+  the checkpoint step `directory`, from its metadata alone.
+
+  Args:
+    directory: one step's directory (see `step_directory`).
+    collections: the state's fields to list.
+
+  Returns:
+    Each array's '/'-joined path and shape.
+
+  Raises:
+    UserError: the metadata cannot be read.
+  """
+  try:
+    tree = ocp.PyTreeCheckpointHandler().metadata(directory / 'default').tree
+    return {f'{collection}/{name}': shape
+            for collection in collections if tree.get(collection)
+            for name, shape in store.array_shapes(tree[collection]).items()}
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f'cannot read the checkpoint {directory} '
+                    f'({type(e).__name__}: {str(e)[:200]}).') from e
 
 
 def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
@@ -122,17 +188,8 @@ def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
     UserError: no checkpoint at `path`, its metadata cannot be read, or no
       parameter there has the same name and shape.
   """
-  directory = _step_directory(path)
-  handler = ocp.PyTreeCheckpointHandler()
-  try:
-    tree = handler.metadata(directory / 'default').tree
-    saved = {f'{collection}/{name}': shape
-             for collection in target if tree.get(collection)
-             for name, shape in store.array_shapes(tree[collection]).items()}
-  except Exception as e:  # pylint: disable=broad-except
-    raise UserError(f'cannot read the checkpoint {directory} for '
-                    f'--config.init_from ({type(e).__name__}: '
-                    f'{str(e)[:200]}).') from e
+  directory = step_directory(path)
+  saved = saved_shapes(directory, tuple(target))
   wanted = traverse_util.flatten_dict(
       {k: v for k, v in target.items() if v}, sep='/')
   loadable = {name: leaf for name, leaf in wanted.items()
@@ -141,7 +198,7 @@ def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
     raise UserError(f'no parameter of this model has the same name and shape '
                     f'in {directory} (--config.init_from): another model?')
   item = traverse_util.unflatten_dict(loadable, sep='/')
-  restored = ocp.Checkpointer(handler).restore(
+  restored = ocp.Checkpointer(ocp.PyTreeCheckpointHandler()).restore(
       directory / 'default',
       args=ocp.args.PyTreeRestore(
           item=item, partial_restore=True,

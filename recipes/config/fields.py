@@ -89,6 +89,13 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               "directory or one step's) or converted weights; those whose "
               "name or shape differ (a new head) keep their initialization. "
               "Ignored when resuming."),
+        Field('pretrained', '', text(),
+              "Start from the model's published weights: one of its tags "
+              "(python -m zoo lists them), downloaded once and kept "
+              "converted in ~/.cache/jax-model-zoo/weights. The options the "
+              "weights fix (e.g. a ViT's GELU) are set unless model_kwargs "
+              "sets them; a new head keeps its initialization. Ignored when "
+              "resuming; not with init_from."),
     ),
     'data': (
         Field('dataset', 'mnist', text(non_empty=True),

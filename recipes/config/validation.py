@@ -48,6 +48,9 @@ def check(config: ml_collections.ConfigDict):
         value = value.to_dict()
       raise UserError(f'config field {name} is {value!r}; it must be '
                       f'{rule.allowed}.')
+  if config.pretrained and config.init_from:
+    raise UserError('pretrained and init_from both name weights to start '
+                    'from; set one of them.')
   if (config.grad_accum_steps > 1 and config.half_precision
       and config.half_precision_dtype == 'float16'):
     raise UserError('grad_accum_steps > 1 does not work with float16 loss '

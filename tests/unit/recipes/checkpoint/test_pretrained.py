@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 import tensorflow_datasets as tfds
 from flax import traverse_util
 
@@ -32,6 +33,7 @@ from tests.convert_helpers import (GoogleViT, google_vit_npz,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits)
 from tests.helpers import ROOT, command_env, small_disk, write_fashion_mnist
+from tests.hub_server import HubServer
 from zoo import convert
 
 SIZES = GoogleViT()
@@ -162,17 +164,19 @@ def _assert_init_from_reads(path, converted):
     np.testing.assert_array_equal(loaded[name], value, err_msg=name)
 
 
-@pytest.mark.slow  # Builds and initializes a ResNet-18 run: about 20 s.
-def test_init_from_puts_the_converted_weights_into_the_train_state(
-    tmp_path, capsys, monkeypatch):
-  path, converted = _resnet18_checkpoint(tmp_path, capsys)
+def _resnet18_run(monkeypatch, **overrides):
+  """A ResNet-18 run on CIFAR-10 (mock data) with its moving average."""
   monkeypatch.setattr(tfds_source, 'first_unreachable_url', lambda b: None)
   config = defaults.get_config()
   config.update(model='resnet18', dataset='cifar10', batch_size=16,
-                num_train_steps=1, init_from=path, ema_decay=0.99)
+                num_train_steps=1, ema_decay=0.99, **overrides)
   with tfds.testing.mock_data(num_examples=16):
     exp = experiment.build(config)
-  state = resume.init_from(path, exp.strategy, exp.create_state())
+  return config, exp
+
+
+def _assert_started_from(exp, state, converted):
+  """`state` holds the `converted` ResNet-18 but its 1000-class head."""
   whole = exp.strategy.to_checkpoint(state)
   # Everything but the 1000-class head, the batch statistics included.
   for collection in ('params', 'batch_stats'):
@@ -188,6 +192,38 @@ def test_init_from_puts_the_converted_weights_into_the_train_state(
   ema = _flat(whole.ema_params)
   for name, value in _flat(whole.params).items():
     np.testing.assert_array_equal(ema[name], value, err_msg=name)
+
+
+@pytest.mark.slow  # Builds and initializes a ResNet-18 run: about 20 s.
+def test_init_from_puts_the_converted_weights_into_the_train_state(
+    tmp_path, capsys, monkeypatch):
+  path, converted = _resnet18_checkpoint(tmp_path, capsys)
+  _, exp = _resnet18_run(monkeypatch, init_from=path)
+  state = resume.init_from(path, exp.strategy, exp.create_state())
+  _assert_started_from(exp, state, converted)
+
+
+@pytest.mark.slow  # Builds and initializes a ResNet-18 run: about 20 s.
+def test_pretrained_puts_the_published_weights_into_the_train_state(
+    tmp_path, monkeypatch, caplog):
+  state_dict = torchvision_resnet18_state_dict()
+  hub = HubServer({'timm/resnet18.tv_in1k/model.safetensors':
+                   safetensors.numpy.save(state_dict)})
+  monkeypatch.setenv('HF_ENDPOINT', hub.url)
+  monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hf'))
+  monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(tmp_path / 'zoo'))
+  try:  # Building the run downloads and converts the weights ...
+    config, exp = _resnet18_run(monkeypatch, pretrained='tv_in1k')
+  finally:
+    hub.stop()
+  with caplog.at_level('INFO'):  # ... and starting it reads the cache only.
+    state = resume.init_from_weights(
+        experiment.pretrained_weights(config).variables, 'resnet18.tv_in1k',
+        exp.strategy, exp.create_state())
+  converted = convert.convert(state_dict, 'torchvision').variables
+  _assert_started_from(exp, state, converted)
+  assert ('Initialized 60 parameter arrays and 40 batch statistics from '
+          'resnet18.tv_in1k') in caplog.text
 
 
 def test_command_mistakes_are_one_line(tmp_path, capsys, vit_file):

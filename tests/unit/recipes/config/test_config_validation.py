@@ -213,3 +213,18 @@ def test_accumulation_that_does_not_divide_the_batch_names_batch_size(
       'batch_size 64 is not divisible by the 24 (= 8 devices x '
       'grad_accum_steps=3); use a multiple of 24, e.g. 48 or 72.')
   assert not (tmp_path / 'checkpoints').exists()
+
+
+def test_pretrained_weights_are_named_once_and_by_a_known_tag(data_dir,
+                                                             tmp_path):
+  with pytest.raises(UserError, match='pretrained and init_from both name '
+                     'weights to start from; set one of them'):
+    validation.check(tiny_config(pretrained='tv_in1k', init_from='/x'))
+  for model, tag, said in [
+      ('resnet50', 'nope', "model 'resnet50' has no weights 'nope'; its "
+       'tags: tv_in1k, tv2_in1k'),
+      ('mlp', 'any', "model 'mlp' has no published weights; these have: ")]:
+    with pytest.raises(UserError, match=re.escape(said)):
+      loop.train_and_evaluate(_config(data_dir, model=model, pretrained=tag),
+                              str(tmp_path / model))
+    assert not (tmp_path / model).exists()  # Nothing written.

@@ -1,0 +1,127 @@
+"""`python -m recipes.export`: a run's or a converted model written back as
+the original library's state dict. Each family's export is verified against
+timm or torchvision themselves in tests/unit/zoo/convert/ (loading the file
+with strict=True and comparing logits); here the command: the sources it
+reads, the file it writes, and its mistakes."""
+
+import os
+
+import numpy as np
+import pytest
+import safetensors.numpy
+from flax import traverse_util
+
+from recipes import convert as convert_command
+from recipes import export as command
+from recipes import loop
+from recipes.checkpoint import resume
+from tests.convert_helpers import (torchvision_resnet18_state_dict,
+                                   write_safetensors)
+from tests.helpers import tiny_config, write_png_folder
+from zoo import convert
+
+
+def _export(capsys, *argv):
+  code = command.main(list(argv))
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+@pytest.fixture(name='converted')
+def _converted(tmp_path, capsys):
+  """A torchvision ResNet-18 file and the directory recipes.convert made."""
+  state = torchvision_resnet18_state_dict()
+  write_safetensors(tmp_path / 'r18.safetensors', state)
+  assert convert_command.main(['--source=torchvision',
+                               str(tmp_path / 'r18.safetensors'),
+                               str(tmp_path / 'converted')]) == 0
+  capsys.readouterr()
+  return state, str(tmp_path / 'converted')
+
+
+@pytest.mark.slow  # Restores and traces ResNet-18: about 15 s.
+def test_a_converted_model_goes_back_to_the_same_file(converted, tmp_path,
+                                                      capsys):
+  state, directory = converted
+  dst = str(tmp_path / 'back.safetensors')
+  code, out, err = _export(capsys, '--to=torchvision', directory, dst)
+  assert code == 0, err
+  assert out.startswith('Wrote resnet18 as a torchvision state dict: 122 '
+                        'tensors, ')
+  back = safetensors.numpy.load_file(dst)
+  assert set(back) == set(state)
+  for name, value in state.items():
+    if name.endswith('num_batches_tracked'):  # Not kept: written as 0.
+      assert back[name].dtype == np.int64 and back[name] == 0
+    else:
+      np.testing.assert_array_equal(back[name], value, err_msg=name)
+
+
+@pytest.mark.slow  # Trains ResNet-18 for two steps first.
+def test_a_trained_run_exports_its_latest_checkpoint(tmp_path, capsys):
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 255, (24, 32, 32, 3), np.uint8)
+  folder = write_png_folder(str(tmp_path / 'data'), {
+      'train': (images[:16], np.arange(16) % 3),
+      'test': (images[16:], np.arange(8) % 3)})
+  workdir = str(tmp_path / 'work')
+  loop.train_and_evaluate(tiny_config(
+      model='resnet18', dataset=f'folder:{folder}', batch_size=8,
+      num_train_steps=2, eval_every_steps=2, augment='none'), workdir)
+  dst = str(tmp_path / 'run.safetensors')
+  code, _, err = _export(capsys, '--to=torchvision', workdir, dst)
+  assert code == 0, err
+  # The file converts back to the run's own parameters and statistics, the
+  # three classes of the data included.
+  back = convert.load(dst, 'torchvision')
+  assert back.kwargs == {'num_classes': 3}
+  ours = traverse_util.flatten_dict(back.variables, sep='/')
+  saved = resume.saved_shapes(resume.step_directory(workdir))
+  assert set(ours) == set(saved)
+  loaded, missing = resume.load_params(workdir, traverse_util.unflatten_dict(
+      {k: _abstract(v) for k, v in ours.items()}, sep='/'))
+  assert missing == []
+  for name, value in loaded.items():
+    np.testing.assert_array_equal(ours[name], np.asarray(value),
+                                  err_msg=name)
+  # A step directory of it gives the same file.
+  step = str(resume.step_directory(workdir))
+  code, _, err = _export(capsys, '--to=torchvision', step,
+                         str(tmp_path / 'step.safetensors'))
+  assert code == 0, err
+  assert (open(dst, 'rb').read() ==
+          open(tmp_path / 'step.safetensors', 'rb').read())
+
+
+def _abstract(array):
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.ShapeDtypeStruct(array.shape, np.float32,
+                              sharding=jax.sharding.SingleDeviceSharding(
+                                  jax.devices()[0]))
+
+
+@pytest.mark.slow  # Each mistake restores nothing, but the fixture converts.
+def test_mistakes_are_one_line_and_overwrite_nothing(converted, tmp_path,
+                                                     capsys):
+  _, directory = converted
+  existing = tmp_path / 'existing.safetensors'
+  existing.write_bytes(b'keep me')
+  cases = [
+      (['--to=torchvision', directory, str(existing)],
+       'exists; give a new file (nothing is overwritten)'),
+      (['--to=torchvision', directory, str(tmp_path / 'x.pth')],
+       'must end in .safetensors'),
+      (['--to=torchvision', str(tmp_path), str(tmp_path / 'a.safetensors')],
+       'is not a workdir, a checkpoint of one, or a directory'),
+      (['--to=timm', directory, str(tmp_path / 'b.safetensors')],
+       'resnet18 has no timm counterpart'),
+      (['--to=torchvision', directory,
+        str(tmp_path / 'missing' / 'c.safetensors')], 'cannot write'),
+  ]
+  for argv, said in cases:
+    code, out, err = _export(capsys, *argv)
+    assert (code, out) == (1, ''), (argv, err)
+    assert err.count('\n') == 1 and err.startswith('error: ') and said in err, (
+        argv, err)
+  assert existing.read_bytes() == b'keep me'
+  assert not any(name.endswith('.partial') for name in os.listdir(tmp_path))
