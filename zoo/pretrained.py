@@ -25,6 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import safetensors
 import safetensors.numpy
 from flax import traverse_util
 
@@ -228,22 +229,30 @@ def _with_classes(converted: convert.Converted,
 def _write_cache(converted: convert.Converted, entry: weights.Weights,
                  path: str):
   """Writes the converted variables to `path` at once (a file appears
-  whole or not at all)."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
+  whole or not at all). A cache that cannot be written (read-only, full)
+  costs a conversion next time, not this use: a warning says so."""
   record = {'model': converted.name, 'kwargs': converted.kwargs,
             'source': converted.source, 'url': entry.url,
             'ignored': converted.ignored}
   flat = traverse_util.flatten_dict(converted.variables, sep='/')
-  handle, partial = tempfile.mkstemp(dir=os.path.dirname(path),
-                                     suffix='.partial')
-  os.close(handle)
+  partial = None
   try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=os.path.dirname(path),
+                                       suffix='.partial')
+    os.close(handle)
     safetensors.numpy.save_file(
         {k: np.ascontiguousarray(v) for k, v in flat.items()}, partial,
         metadata={'zoo': json.dumps(record)})
     os.replace(partial, path)
+  except (OSError, safetensors.SafetensorError) as e:
+    logging.getLogger(__name__).warning(
+        'Cannot keep the converted weights %s in %s (%s); they will be '
+        'converted again next time. Set JAX_MODEL_ZOO_WEIGHTS to a writable '
+        'directory with room.', entry.name, os.path.dirname(path),
+        getattr(e, 'strerror', None) or e)
   finally:
-    if os.path.exists(partial):
+    if partial and os.path.exists(partial):
       os.remove(partial)
 
 

@@ -10,12 +10,18 @@ import shlex
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import safetensors.numpy
 from absl import flags
 from ml_collections import config_flags
 
+import zoo
+from recipes import export
 from recipes.config import command_line, validation
 from tests.helpers import ROOT, command_env
+from tests.hub_server import HubServer
+from zoo import weights
 
 DOCS = [pathlib.Path(ROOT, 'README.md'),
         *sorted(pathlib.Path(ROOT, 'docs').rglob('*.md'))]
@@ -136,9 +142,35 @@ def test_each_other_command_exists_and_answers_help(entry):
   assert '--' in result.stdout, entry
 
 
-def test_the_readmes_python_runs():
+@pytest.mark.slow  # Converts and runs ConvNeXt-T: about 15 s.
+def test_the_readmes_python_runs(tmp_path, monkeypatch):
+  """Each block runs as written, given `images`; the published weights it
+  names come from a local server standing in for the Hugging Face Hub,
+  files of random numbers in the tag's own layout."""
   text = pathlib.Path(ROOT, 'README.md').read_text()
   blocks = re.findall(r'```python\n(.*?)```', text, re.DOTALL)
   assert blocks
-  for block in blocks:
-    exec(compile(block, 'README.md', 'exec'), {})  # pylint: disable=exec-used
+  tags = re.findall(r"create\('(\w+)', pretrained='(\w+)'\)", text)
+  assert tags
+  hub = HubServer({weights.find(model, tag).url.removeprefix('hf://'):
+                   _published_file(model) for model, tag in tags})
+  monkeypatch.setenv('HF_ENDPOINT', hub.url)
+  monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hub'))
+  monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(tmp_path / 'weights'))
+  images = np.zeros((1, 224, 224, 3), np.float32)
+  try:
+    for block in blocks:
+      exec(compile(block, 'README.md', 'exec'), {'images': images})  # pylint: disable=exec-used
+  finally:
+    hub.stop()
+  assert sum(r.startswith('GET /timm/') for r in hub.requests) == len(tags)
+
+
+def _published_file(model: str) -> bytes:
+  """A timm state dict of `model`, random numbers, as .safetensors."""
+  converter = export.converter_for('timm', model, {})
+  rng = np.random.default_rng(0)
+  return safetensors.numpy.save({
+      name: rng.normal(size=shape).astype(np.float32)
+      for name, shape in converter.template(
+          model, dict(zoo.spec(model).defaults)).items()})

@@ -129,3 +129,17 @@ def test_every_tag_names_a_registered_model_and_a_known_place():
       assert published.url.startswith(('hf://', 'gs://')), published
       assert published.name == f'{model}.{tag}'
       assert published.top1 is None or 60 < published.top1 < 95
+
+
+def test_a_cache_that_cannot_be_written_costs_a_conversion_not_the_weights(
+    hub, tmp_path, monkeypatch, caplog):
+  read_only = tmp_path / 'read_only'
+  read_only.mkdir()
+  read_only.chmod(0o500)
+  monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(read_only / 'weights'))
+  if os.access(read_only, os.W_OK):  # As root, modes do not stop writes.
+    monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', '/proc/zoo-weights')
+  with caplog.at_level('WARNING'):
+    model = zoo.create('resnet18', pretrained='tv_in1k')
+  _assert_the_files_weights(model, hub.state)
+  assert 'Cannot keep the converted weights resnet18.tv_in1k' in caplog.text
