@@ -20,7 +20,6 @@ import json
 import os
 import sys
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +33,7 @@ from recipes.runtime import library_noise, storage
 from recipes.runtime.errors import UserError, shorten
 from zoo import convert, registry
 from zoo.convert import export
+from zoo.convert.transfer import target_shapes
 
 _TARGETS = ('timm', 'torchvision')
 
@@ -86,19 +86,11 @@ def model_of(src: str) -> tuple[str, dict]:
                   f'config.json or {MODEL_FILE} there or above).')
 
 
-def _shapes(name: str, kwargs: dict) -> dict[str, tuple[int, ...]]:
-  model = registry.create(name, **kwargs)
-  shape = registry.input_shape(name, **kwargs)
-  abstract = jax.eval_shape(lambda: nn.meta.unbox(model.init(
-      jax.random.PRNGKey(0), jnp.zeros((1, *shape)), train=False)))
-  return {k: v.shape for k, v in
-          traverse_util.flatten_dict(abstract, sep='/').items()}
-
-
 def _num_classes(src: str, name: str, kwargs: dict) -> int:
   """The classes of the checkpoint at `src`: the size of the one array
   that changes with num_classes (the head's bias), as saved."""
-  one, two = (_shapes(name, {**kwargs, 'num_classes': n}) for n in (1, 2))
+  one, two = (target_shapes(name, {**kwargs, 'num_classes': n})
+              for n in (1, 2))
   head = next(k for k in one if one[k] != two[k] and len(one[k]) == 1)
   saved = resume.saved_shapes(resume.step_directory(src))
   if head not in saved:
@@ -111,7 +103,7 @@ def _variables(src: str, name: str, kwargs: dict) -> dict:
   """The model's variables as saved at `src`, as numpy arrays."""
   device = jax.sharding.SingleDeviceSharding(jax.devices('cpu')[0])
   target = {k: jax.ShapeDtypeStruct(v, jnp.float32, sharding=device)
-            for k, v in _shapes(name, kwargs).items()}
+            for k, v in target_shapes(name, kwargs).items()}
   loaded, missing = resume.load_params(
       src, traverse_util.unflatten_dict(target, sep='/'))
   if missing:
