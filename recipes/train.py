@@ -1,5 +1,8 @@
 """Trains a model: `python -m recipes.train --config=FILE --workdir=DIR`.
 
+Without --workdir the run goes to a new runs/DATE-TIME_CONFIG/ in the current
+directory, whose name is the command's first line.
+
 The config file (configs/ has one per recipe and dataset) sets the fields
 that `--help` lists; `--config.FIELD=VALUE` overrides any of them, e.g.
 `--config.batch_size=256`, and unknown fields are rejected. The same command
@@ -10,10 +13,13 @@ first on the command line puts the details in the log).
 
 import os
 import sys
+import time
 import uuid
 
 import jax
+import numpy as np
 from absl import app, logging
+from jax.experimental import multihost_utils
 
 from recipes.runtime import library_noise
 
@@ -51,13 +57,30 @@ def _prepare_workdir(workdir: str):
                     'choose a writable --workdir.') from e
 
 
-def run(config, workdir: str, use_distributed: bool = False):
+def _new_workdir(config_name: str) -> str:
+  """runs/DATE-TIME_CONFIG, with a number after it if taken; in a
+  multi-process run, the name process 0 chose, on every process."""
+  base = f'runs/{time.strftime("%Y%m%d-%H%M%S")}_{config_name}'
+  workdir, number = base, 1
+  while os.path.exists(workdir):
+    number += 1
+    workdir = f'{base}_{number}'
+  if jax.process_count() > 1:
+    padded = np.frombuffer(workdir.encode().ljust(512), np.uint8)
+    workdir = bytes(multihost_utils.broadcast_one_to_all(padded)).decode()
+  return workdir.rstrip()
+
+
+def run(config, workdir: str | None, use_distributed: bool = False,
+        config_name: str = 'run'):
   """Runs `config` (trains, or evaluates with mode=eval) in `workdir`.
 
   Args:
     config: the checked or unchecked config; checked first.
-    workdir: the run's directory, local or gs://.
+    workdir: the run's directory, local or gs://; None: a new one (see
+      `_new_workdir`), printed first. Not for mode=eval.
     use_distributed: initialize jax.distributed by auto-detection.
+    config_name: names the new workdir.
 
   Returns:
     The final eval metrics (see loop.train_and_evaluate).
@@ -67,7 +90,10 @@ def run(config, workdir: str, use_distributed: bool = False):
   """
   try:
     validation.check(config)  # Before anything is loaded or written.
-    storage.checkpoint_path(workdir)  # Bad names are one line here.
+    if workdir is None and config.mode == 'eval':
+      raise UserError('--workdir is missing: name the run to evaluate.')
+    if workdir is not None:
+      storage.checkpoint_path(workdir)  # Bad names are one line here.
     for location in (config.data_dir, config.init_from):
       if location:
         storage.path(location)
@@ -75,6 +101,11 @@ def run(config, workdir: str, use_distributed: bool = False):
     compilation_cache.use(config.compilation_cache_dir)
     distributed.initialize(use_distributed)
     library_noise.start_jax_backends()
+    if workdir is None:
+      workdir = _new_workdir(config_name)
+      if jax.process_index() == 0:
+        print(f'Workdir: {workdir} (the same command with --workdir={workdir} '
+              'resumes it)', flush=True)
     logging.info('JAX %s: process %d of %d, %d local devices %s, %d in all.',
                  jax.__version__, jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.local_devices(),
@@ -107,8 +138,11 @@ def main(argv, mode: str | None = None):
   config = command_line.CONFIG.value
   if mode:
     config.mode = mode
+  path = command_line.CONFIG_FILE.path or 'defaults'
+  name = os.path.splitext(os.path.basename(path))[0]
   try:
-    run(config, command_line.WORKDIR.value, command_line.DISTRIBUTED.value)
+    run(config, command_line.WORKDIR.value, command_line.DISTRIBUTED.value,
+        name)
   except SystemExit as e:  # A UserError: 'error: ...'.
     _exit_at_once(e.code)
   _exit_at_once(0)
@@ -137,4 +171,5 @@ def _exit_at_once(status: int | str | None):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=command_line.parser('recipes.train', __doc__))
+  app.run(main, flags_parser=command_line.parser('recipes.train', __doc__,
+                                                 required=('config',)))

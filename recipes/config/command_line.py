@@ -27,7 +27,8 @@ CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory (or gs:// path) for checkpoints, summaries '
-    'and the final config; a run resumes from it.')
+    'and the final config; a run resumes from it. recipes.train without it: '
+    'a new runs/DATE-TIME_CONFIG in the current directory.')
 DISTRIBUTED = flags.DEFINE_bool(
     'distributed', False, 'Initialize jax.distributed with auto-detection '
     '(TPU pods, SLURM); local multi-process runs are set up by launch/local.sh '
@@ -160,22 +161,23 @@ def _wrong_type(config, error: flags.IllegalFlagValueError) -> str | None:
           f'--config.{field}={example}.')
 
 
-def _missing_flags(command: str) -> str:
+def _missing_flags(command: str, required) -> str:
   missing = [f'--{holder.name}' for holder in (CONFIG, WORKDIR)
-             if flags.FLAGS[holder.name].value is None]
+             if holder.name in required
+             and flags.FLAGS[holder.name].value is None]
   return (f'{" and ".join(missing)} {"is" if len(missing) == 1 else "are"} '
           f'missing; e.g. python -m {command} '
           '--config=configs/fashion_mnist_pmap.py --workdir=/tmp/fashion_mnist '
           '(--help lists the flags and config fields).')
 
 
-def _flag_error(error: Exception, argv, command: str) -> str:
+def _flag_error(error: Exception, argv, command: str, required) -> str:
   """One line for a flag parsing error, naming the flag and how to fix it."""
   message = None
   if isinstance(error, UserError):
     message = str(error)
   elif 'must have a value other than None' in str(error):
-    message = _missing_flags(command)
+    message = _missing_flags(command, required)
   elif CONFIG_FILE.config is not None:
     if isinstance(error, (AttributeError, KeyError)):  # From overrides.
       message = _unknown_field(CONFIG_FILE.config, argv)
@@ -275,7 +277,8 @@ def parser(command: str, doc: str, command_flags=(CONFIG, WORKDIR, DISTRIBUTED),
       return flags.FLAGS(argv)
     except Exception as e:  # pylint: disable=broad-except
       logging.debug('Flag parsing failed:', exc_info=True)
-      sys.exit(f'error: {errors.shorten(_flag_error(e, argv, command))}')
+      sys.exit(f'error: '
+               f'{errors.shorten(_flag_error(e, argv, command, required))}')
 
   return parse
 

@@ -236,7 +236,7 @@ def test_the_command_alone_says_what_it_needs():
   result = _train(timeout=120)
   assert result.returncode == 1 and result.stdout == ''
   assert result.stderr == (
-      'error: --config and --workdir are missing; e.g. python -m '
+      'error: --config is missing; e.g. python -m '
       'recipes.train --config=configs/fashion_mnist_pmap.py '
       '--workdir=/tmp/fashion_mnist (--help lists the flags and config '
       'fields).\n')

@@ -183,7 +183,9 @@ distributed.initialize(False)
 print('PROBE', json.dumps(dict(
     process=jax.process_index(), node=os.environ['SLURMD_NODENAME'],
     visible=os.environ.get('CUDA_VISIBLE_DEVICES', ''),
-    jax=jax.config.read('jax_cuda_visible_devices'))), flush=True)
+    jax=jax.config.read('jax_cuda_visible_devices'),
+    xla_flags=os.environ.get('XLA_FLAGS', '').split(),
+    nccl_debug=os.environ.get('NCCL_DEBUG'))), flush=True)
 jax.distributed.shutdown()
 """
 
@@ -195,6 +197,9 @@ jax.distributed.shutdown()
     # GPUs asked for per task are still shared by the node's processes.
     ('gpu8', ['--ntasks-per-node=8', '--gpus-per-task=1'], {}, 8, 8),
     ('gpu8', [], {'PER_NODE': '1'}, 1, 8),  # One process, every GPU.
+    # The user's own XLA and NCCL settings win over the script's.
+    ('gpu2', [], {'XLA_FLAGS': '--xla_gpu_enable_latency_hiding_scheduler='
+                               'false', 'NCCL_DEBUG': 'INFO'}, 2, 2),
 ])
 def test_every_process_drives_gpus_of_its_own(tmp_path, node, sbatch_args,
                                               env, processes, gpus):
@@ -212,7 +217,15 @@ def test_every_process_drives_gpus_of_its_own(tmp_path, node, sbatch_args,
       r'^(?: *\d+: )?PROBE (.*)$', output, re.MULTILINE)]
   assert sorted(r['process'] for r in reports) == list(range(processes))
   driven = []
+  # XLA's and NCCL's multi-GPU settings, before the user's (a later flag
+  # wins); XLA parsed them all (a name it does not know would end the probe).
+  submitted = env.get('XLA_FLAGS', command_env().get('XLA_FLAGS', ''))
   for report in reports:
+    assert report['xla_flags'] == [
+        '--xla_gpu_enable_latency_hiding_scheduler=true',
+        '--xla_gpu_nccl_termination_timeout_seconds=900',
+        *submitted.split()], report
+    assert report['nccl_debug'] == env.get('NCCL_DEBUG', 'WARN'), report
     visible = report['visible'].split(',')
     ids = [int(i) for i in report['jax'].split(',')]
     # JAX numbers the visible GPUs from 0: a larger id is CUDA's "invalid
