@@ -134,8 +134,8 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
     raise UserError(f'no checkpoint to evaluate in {workdir}/checkpoints; '
                     'train first, or point --workdir at a trained run.')
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
-  writer = summaries.create_writer(workdir)
+  writer = summaries.create_writer(config, workdir)
   with Watchdog(config.stall_timeout_seconds) as watchdog:
     summary = evaluate_and_write(exp, state, writer, step, watchdog)
-  writer.flush()
+  writer.close()
   return summary

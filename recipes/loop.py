@@ -205,7 +205,7 @@ def _start(config, workdir, exp, mngr):
   if jax.process_index() == 0:
     (storage.path(workdir) / 'config.json').write_text(
         config.to_json_best_effort(indent=2, sort_keys=True))
-  writer = summaries.create_writer(workdir)
+  writer = summaries.create_writer(config, workdir)
   if start_step == 0:
     writer.write_hparams(summaries.hparams(config))
   if start_step < exp.num_steps:
@@ -258,8 +258,28 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
 
 def _train(config, workdir, exp, mngr, watchdog):
   """The loop of `train_and_evaluate`, with the workdir's checkpoints in
-  `mngr` (always resumed from; saved unless checkpoint_every_steps is -1)."""
+  `mngr` (always resumed from; saved unless checkpoint_every_steps is -1).
+  The summary writer is closed however the loop ends, so that what it was
+  given reaches its files (a W&B run keeps everything until then)."""
   state, start_step, writer = _start(config, workdir, exp, mngr)
+  try:
+    summary = _loop(config, workdir, exp, mngr, watchdog, state, start_step,
+                    writer)
+  except BaseException:
+    try:
+      writer.close()
+    except Exception:  # pylint: disable=broad-except
+      # The run's own error is the one to report.
+      logging.warning('The summaries since the last flush could not be '
+                      'written.', exc_info=True)
+    raise
+  writer.close()
+  return summary
+
+
+def _loop(config, workdir, exp, mngr, watchdog, state, start_step, writer):
+  """The steps, evaluations and saves of `_train`, from `state` at
+  `start_step`; the final eval summary, or None when stopped early."""
   num_steps, strategy = exp.num_steps, exp.strategy
   eval_every = config.eval_every_steps or exp.steps_per_epoch
   save_every = config.checkpoint_every_steps  # 0: only at the end; -1: never.
@@ -288,7 +308,6 @@ def _train(config, workdir, exp, mngr, watchdog):
       batch_size=config.batch_size, seed=config.seed, start_step=start_step,
       num_steps=num_steps))
   def stopped(step, why):
-    writer.flush()
     logging.warning('Stopped by %s after step %d of %d: %s. Run the same '
                     'command again to resume.', stop.received, step,
                     num_steps, why)
@@ -338,5 +357,4 @@ def _train(config, workdir, exp, mngr, watchdog):
     if eval_summary is None:  # Resumed from the final checkpoint.
       eval_summary = evaluate(num_steps, state)
       _evaluation_done(workdir)
-  writer.flush()
   return eval_summary

@@ -19,7 +19,7 @@ from recipes.config.rules import (BOOLEAN, EVAL_SPLITS, FRACTION, MESH_SIZE,
 from recipes.core import optimizers
 from recipes.data import datasets, image_codec, preprocess
 from recipes.parallel.strategy import STRATEGIES
-from recipes.runtime import compilation_cache
+from recipes.runtime import compilation_cache, wandb_writer
 
 MODES = ('train', 'eval')
 HALF_PRECISION_DTYPES = ('bfloat16', 'float16')
@@ -67,6 +67,23 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'Compiled steps are kept here (local or gs://) and reused by '
               'the next run of the same steps, a resumed one included; '
               "'' = off. JAX_COMPILATION_CACHE_DIR, where set, wins."),
+    ),
+    'tracking': (
+        Field('wandb_project', '',
+              Rule(wandb_writer.usable, wandb_writer.PROJECT_ALLOWED),
+              'Also log the scalars and the config to this Weights & Biases '
+              "project; '' = off. The W&B run's id is kept in "
+              'WORKDIR/wandb_run_id, so a resumed run continues it; '
+              'WANDB_MODE=offline logs without an account.'),
+        Field('wandb_entity', '', text(),
+              "The W&B user or team the project belongs to; '' = your "
+              'default entity.'),
+        Field('wandb_run_name', '', text(),
+              "The W&B run's name; '' = the workdir's name."),
+        Field('wandb_tags', '',
+              Rule(wandb_writer.valid_tags, wandb_writer.TAGS_ALLOWED),
+              'Tags of the W&B run, comma-separated, e.g. '
+              '--config.wandb_tags=baseline,resnet.'),
     ),
     'model': (
         Field('model', 'cnn', text(non_empty=True),

@@ -1,4 +1,5 @@
-"""Metric summaries: TensorBoard event files in WORKDIR/summaries, log lines.
+"""Metric summaries: TensorBoard event files in WORKDIR/summaries, log lines,
+and a Weights & Biases run if asked (recipes/runtime/wandb_writer.py).
 
 Only process 0 writes them; the other processes' writer writes nothing, so a
 multi-process run logs each metric line once.
@@ -31,7 +32,7 @@ from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from recipes.runtime import storage
+from recipes.runtime import storage, wandb_writer
 
 DIRECTORY = 'summaries'
 # Numbers the event files of this process, in every workdir and writer: with
@@ -51,20 +52,26 @@ def directory(workdir: str | os.PathLike) -> epath.Path:
   return storage.path(workdir) / DIRECTORY
 
 
-def create_writer(workdir: str | os.PathLike) -> metric_writers.MetricWriter:
-  """Process 0: log lines and event files, written in the background; other
-  processes: a writer that writes nothing.
+def create_writer(config: ml_collections.ConfigDict,
+                  workdir: str | os.PathLike) -> metric_writers.MetricWriter:
+  """Process 0: log lines and event files, and a W&B run when
+  config.wandb_project is set (recipes/runtime/wandb_writer.py), written in
+  the background; other processes: a writer that writes nothing.
 
   Args:
+    config: the run's configuration.
     workdir: the run's directory (local, or a bucket's gs:// path).
 
   Returns:
-    The metric writer for this process.
+    The metric writer for this process; close it at the end of the run.
   """
   if jax.process_index() > 0:
     return metric_writers.MultiWriter([])
-  return metric_writers.AsyncMultiWriter([
-      metric_writers.LoggingWriter(), EventFileWriter(directory(workdir))])
+  writers = [metric_writers.LoggingWriter(),
+             EventFileWriter(directory(workdir))]
+  if config.wandb_project:
+    writers.append(wandb_writer.create(config, workdir))
+  return metric_writers.AsyncMultiWriter(writers)
 
 
 def hparams(config: ml_collections.ConfigDict, prefix: str = '') -> dict:

@@ -39,6 +39,10 @@ def test_a_diverging_run_stops_naming_the_step_and_keeps_checkpoints(
   assert 'training loss is' in message or 'gradient norm is' in message
   bad_step = int(message.split(' at step ')[1].split(';')[0])
   assert 1 <= bad_step <= 6
+  # The summaries of the steps before it reached their files, those after
+  # the last save (which flushes them) too.
+  logged = read_scalars(str(tmp_path)).get('train/loss', {})
+  assert set(range(1, bad_step)) <= set(logged), (bad_step, logged)
   # Every checkpoint kept is of a step before the bad one, and finite.
   with checkpoint.manager(str(tmp_path)) as mngr:
     steps = mngr.all_steps()
