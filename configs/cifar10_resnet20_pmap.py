@@ -18,6 +18,8 @@ from recipes.config import defaults
 
 def get_config():
   config = defaults.get_config()
+  # The classic recipe: jax.pmap, the state replicated on every device.
+  config.strategy = 'pmap'
   config.model = 'resnet20'
   config.dataset = 'cifar10'
   config.augment = 'cifar'

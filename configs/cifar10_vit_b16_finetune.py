@@ -36,7 +36,7 @@ not from the AugReg one used here (Steiner et al. 2021, arXiv:2106.10270),
 whose published fine-tunings are ImageNet, Pets37, Kitti-distance, CIFAR-100
 and Resisc45 (README.md:539-542). Shorter runs from the original checkpoint: 98.59% in
 500 steps (50 of warmup), 98.86% in 1,000 (100 of warmup) (README.md:
-255-256): `--config.num_train_steps=500 --config.warmup_epochs=50/95`.
+255-256): `--config.num_train_steps=500 --config.warmup_steps=50`.
 Differences from the source we cannot match are marked DIFFERS there.
 
 Every hyperparameter next to the source's, with file and line:
@@ -47,8 +47,9 @@ from configs import imagenet_vit_b16_finetune
 
 
 def get_config():
-  # The same converted checkpoint, model and optimizer as the ImageNet
-  # fine-tuning; vit_jax's CIFAR-10 data, length and learning rate.
+  # The same converted checkpoint, model, optimizer, 500 warmup steps and
+  # crop area as the ImageNet fine-tuning; vit_jax's CIFAR-10 data, length
+  # and learning rate.
   config = imagenet_vit_b16_finetune.get_config()
   config.dataset = 'cifar10'
   config.train_split = 'train[:98%]'
@@ -56,7 +57,6 @@ def get_config():
   config.augment = 'finetune'
   config.num_train_steps = 10_000
   config.learning_rate = 0.01
-  config.warmup_epochs = 500 / 95
   config.eval_every_steps = 1_000
   config.checkpoint_every_steps = 1_000
   return config

@@ -19,6 +19,8 @@ from recipes.config import defaults
 
 def get_config():
   config = defaults.get_config()
+  # The classic recipe: jax.pmap, the state replicated on every device.
+  config.strategy = 'pmap'
   config.model = 'vit_s16'
   config.model_kwargs = ml_collections.ConfigDict(
       {'patch_size': 4, 'image_size': 32})

@@ -16,6 +16,8 @@ from recipes.config import defaults
 
 def get_config():
   config = defaults.get_config()
+  # The classic recipe: jax.pmap, the state replicated on every device.
+  config.strategy = 'pmap'
   config.dataset = 'fashion_mnist_idx'
   config.data_dir = '/usr/share/datasets/fashion-mnist'
   config.model = 'cnn'

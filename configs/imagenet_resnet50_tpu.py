@@ -52,6 +52,10 @@ def get_config():
   config.label_smoothing = 0.0
   config.lr_schedule = 'warmup_cosine'
   config.warmup_epochs = 5.0
+  # jax.jit over the mesh's data axis; its batch norm takes the global
+  # batch's statistics, as the source's axis_name='batch' does (the flag
+  # below keeps that under --config.strategy=pmap or shard_map).
+  config.strategy = 'sharded'
   config.cross_device_batch_norm = True
   config.seed = 0
   config.log_every_steps = 100

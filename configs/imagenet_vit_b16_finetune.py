@@ -50,6 +50,8 @@ def get_config():
   config.augment = 'imagenet'
   config.normalize = 'minus_one_to_one'
   config.image_size = 384
+  # vision_transformer's crop: 5-100% of the area.
+  config.crop_area_min = 0.05
   # What the converted checkpoint needs (python -m recipes.convert prints them):
   # the model follows --config.image_size (a reference, not a copy).
   config.model_kwargs = ml_collections.ConfigDict({
@@ -57,13 +59,16 @@ def get_config():
       'gelu': 'tanh', 'pool': 'token', 'posemb': 'learn', 'pre_logits': 0,
       'dropout_rate': 0.0})
   config.init_from = '/tmp/vit_b16_i21k_384'
+  # jax.jit over a data-parallel mesh (the source's pmap computes the same
+  # update: no batch norm, no dropout).
+  config.strategy = 'sharded'
   config.batch_size = 512
   config.num_train_steps = 20_000
   config.optimizer = 'sgd'
   config.momentum = 0.9
   config.learning_rate = 0.03
   config.lr_schedule = 'warmup_cosine'
-  config.warmup_epochs = 500 / 2477
+  config.warmup_steps = 500
   config.grad_clip_norm = 1.0
   config.eval_every_steps = 2_000
   config.checkpoint_every_steps = 2_000

@@ -21,9 +21,10 @@ big_vision/configs/vit_i1k.py:variant=B/16 (Steiner et al. 2021, "How to
 train your ViT?", arXiv:2106.10270), at google-research/big_vision@0127fb6b
 (files cited are under big_vision/): its 'medium2' augmentation for B/16
 (RandAugment(2, 15), here (2, 10), and mixup 0.5), no dropout or stochastic
-depth, batch 4096, 300 epochs on train[:99%], warmup 10,000 steps (converted
-to epochs with 1,268,355 examples). We train with softmax cross-entropy where
-big_vision uses a sigmoid loss (see the table).
+depth, batch 4096, 300 epochs on train[:99%] (round(300 x 1,268,355 / 4096)
+= 92,897 steps, as big_vision counts them), warmup 10,000 steps. We train
+with softmax cross-entropy where big_vision uses a sigmoid loss (see the
+table).
 
 Expected: not measured, and no published accuracy belongs to exactly this
 recipe. big_vision's vit_i1k.py states none, and says it leaves out the
@@ -54,8 +55,8 @@ def get_config():
   config.model_kwargs.update(dict(pool='token', posemb='learn',
                                   pre_logits=768))
   config.batch_size = 4096
-  config.num_epochs = 300.0
-  # 10,000 steps of batch 4096 over train[:99%]'s 1,268,355 examples.
-  config.warmup_epochs = 10_000 * 4096 / 1_268_355
+  # 300 epochs of train[:99%]'s 1,268,355 examples, rounded as big_vision;
+  # the 10,000 warmup steps of configs/imagenet_vit_s16.py.
+  config.num_train_steps = 92_897
   config.mixup_alpha = 0.5
   return config

@@ -13,6 +13,8 @@ from recipes.config import defaults
 
 def get_config():
   config = defaults.get_config()
+  # The classic recipe: jax.pmap, the state replicated on every device.
+  config.strategy = 'pmap'
   config.dataset = 'mnist'
   config.model = 'cnn'
   config.num_epochs = 10.0

@@ -178,6 +178,7 @@ def _num_train_steps(config, per_epoch: int) -> int:
   if steps <= 0:
     raise UserError('nothing to train: set --config.num_epochs or '
                     '--config.num_train_steps to a positive value.')
+  optimizers.check_warmup(config, steps)
   return steps
 
 
@@ -218,7 +219,8 @@ def preprocessing(config: ml_collections.ConfigDict) -> Preprocessing:
   return Preprocessing(
       config.augment, config.normalize, config.image_size,
       randaugment_layers=config.randaugment_layers,
-      randaugment_magnitude=config.randaugment_magnitude)
+      randaugment_magnitude=config.randaugment_magnitude,
+      crop_area_min=config.crop_area_min)
 
 
 def encoded_options(config: ml_collections.ConfigDict

@@ -48,7 +48,11 @@ def command_env(**extra) -> dict[str, str]:
 
 
 def tiny_config(**overrides):
+  """The defaults with a short schedule, under pmap: the classic recipe,
+  which the tests of features shared by every strategy run (the strategies'
+  own tests set theirs)."""
   config = default.get_config()
+  config.strategy = 'pmap'
   config.update(dict(batch_size=16, num_train_steps=6, log_every_steps=2,
                      eval_every_steps=3), **overrides)
   return config

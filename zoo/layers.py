@@ -18,7 +18,8 @@ he_normal = initializers.variance_scaling(2.0, 'fan_out', 'normal')
 
 
 def dense(features: int, names: Sequence[str], *,
-          kernel_init=initializers.lecun_normal(), **kwargs) -> nn.Dense:
+          kernel_init=initializers.lecun_normal(),
+          bias_init=initializers.zeros_init(), **kwargs) -> nn.Dense:
   """nn.Dense with kernel axes `names` (in, out); the bias takes `out`.
 
   Args:
@@ -26,14 +27,14 @@ def dense(features: int, names: Sequence[str], *,
     names: the logical names of the kernel's (input, output) axes, e.g.
       ('embed', 'mlp'); see zoo/partitioning.py.
     kernel_init: the kernel's initializer, before the names are attached.
+    bias_init: the bias's, likewise.
     **kwargs: more nn.Dense arguments (dtype, param_dtype, name, ...).
 
   Returns:
     The nn.Dense module.
   """
   return nn.Dense(features, kernel_init=named(kernel_init, tuple(names)),
-                  bias_init=named(initializers.zeros_init(), (names[-1],)),
-                  **kwargs)
+                  bias_init=named(bias_init, (names[-1],)), **kwargs)
 
 
 def head(num_classes: int, names: Sequence[str], **kwargs):

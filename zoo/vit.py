@@ -130,7 +130,8 @@ def _xavier(in_axis, out_axis):
                                        in_axis=in_axis, out_axis=out_axis)
 
 
-def mlp(x, mlp_dim: int, approximate_gelu: bool, dropout, **layer):
+def mlp(x, mlp_dim: int, approximate_gelu: bool, dropout,
+        bias_init_std: float = 0.0, **layer):
   """dense to `mlp_dim`, GELU, `dropout`, dense back to x's width: the
   transformer's MLP. Call it inside a compact method: its layers are the
   caller's Dense_0 and Dense_1 (names as in big_vision's MlpBlock).
@@ -140,14 +141,16 @@ def mlp(x, mlp_dim: int, approximate_gelu: bool, dropout, **layer):
     mlp_dim: the hidden features.
     approximate_gelu: the tanh GELU (True) or the exact erf one.
     dropout: applied to the hidden features (a function of them).
+    bias_init_std: both biases start from N(0, this**2); 0: zeros.
     **layer: dtype and param_dtype of the dense layers.
 
   Returns:
     The MLP's output, shaped like `x`.
   """
-  dense = functools.partial(layers.dense,
-                            kernel_init=initializers.xavier_uniform(),
-                            **layer)
+  dense = functools.partial(
+      layers.dense, kernel_init=initializers.xavier_uniform(),
+      bias_init=(initializers.normal(bias_init_std) if bias_init_std
+                 else initializers.zeros_init()), **layer)
   y = nn.gelu(dense(mlp_dim, ('embed', 'mlp'))(x), approximate=approximate_gelu)
   y = dropout(nn.with_logical_constraint(y, ('batch', 'seq', 'mlp')))
   return dense(x.shape[-1], ('mlp', 'embed'))(y)
@@ -183,6 +186,7 @@ class EncoderBlock(nn.Module):
   drop_path_rate: float = 0.0
   approximate_gelu: bool = True
   layer_scale: float = 0.0
+  mlp_bias_init_std: float = 0.0
   deterministic: bool = True
 
   @nn.compact
@@ -203,7 +207,8 @@ class EncoderBlock(nn.Module):
     x = add(x, Attention(self.num_heads, self.attention_impl,
                          **layer)(layers.layer_norm(**layer)(x)))
     return add(x, mlp(layers.layer_norm(**layer)(x), self.mlp_dim,
-                      self.approximate_gelu, dropout, **layer))
+                      self.approximate_gelu, dropout,
+                      self.mlp_bias_init_std, **layer))
 
 
 class MAPHead(nn.Module):
@@ -217,6 +222,7 @@ class MAPHead(nn.Module):
   approximate_gelu: bool
   dtype: Any
   param_dtype: Any
+  mlp_bias_init_std: float = 0.0
 
   @nn.compact
   def __call__(self, x):
@@ -228,7 +234,8 @@ class MAPHead(nn.Module):
     probe = jnp.broadcast_to(probe.astype(self.dtype), (n, 1, width))
     y = Attention(self.num_heads, self.attention_impl, **layer)(probe, x)
     y = y + mlp(layers.layer_norm(**layer)(y), self.mlp_dim,
-                self.approximate_gelu, lambda h: h, **layer)
+                self.approximate_gelu, lambda h: h, self.mlp_bias_init_std,
+                **layer)
     return y[:, 0]
 
 
@@ -337,6 +344,8 @@ class ViT(nn.Module):
       tanh before the head (big_vision's rep_size).
     gelu: 'tanh', the tanh approximation (Flax's default); 'exact', the erf
       GELU of PyTorch and timm.
+    mlp_bias_init_std: 0, the MLPs' biases (blocks and MAP head) start at
+      zero; else from N(0, this**2) (big_vision's MlpBlock: 1e-6).
     remat: recompute each encoder block in the backward pass instead of
       storing its activations (`nn.remat`); same parameter names.
   """
@@ -359,6 +368,7 @@ class ViT(nn.Module):
   dynamic_size: bool = False
   pre_logits: int = 0
   gelu: str = 'tanh'
+  mlp_bias_init_std: float = 0.0
   remat: bool = False
   features: bool = False
   dtype: Any = jnp.float32
@@ -376,7 +386,8 @@ class ViT(nn.Module):
                                       self.hidden_size < 8):
       raise ValueError("posemb='sincos2d' needs a hidden_size that is a "
                        f'multiple of 4 and at least 8, got {self.hidden_size}.')
-    for option in ('pre_logits', 'num_registers', 'layer_scale'):
+    for option in ('pre_logits', 'num_registers', 'layer_scale',
+                   'mlp_bias_init_std'):
       if getattr(self, option) < 0:
         raise ValueError(f'{option} must be 0 (none) or positive, got '
                          f'{getattr(self, option)}.')
@@ -434,7 +445,9 @@ class ViT(nn.Module):
       x = block_cls(self.num_heads, self.mlp_dim, self.attention_impl,
                     dropout_rate=self.dropout_rate, drop_path_rate=rate,
                     approximate_gelu=self.gelu == 'tanh',
-                    layer_scale=self.layer_scale, deterministic=not train,
+                    layer_scale=self.layer_scale,
+                    mlp_bias_init_std=self.mlp_bias_init_std,
+                    deterministic=not train,
                     name=f'block{i}', **layer)(x)
       if self.features:
         features.append(x[:, prefix:].reshape((n, h, w, width)))
@@ -450,6 +463,7 @@ class ViT(nn.Module):
     else:
       x = MAPHead(self.num_heads, self.mlp_dim, self.attention_impl,
                   self.gelu == 'tanh', name='map_head',
+                  mlp_bias_init_std=self.mlp_bias_init_std,
                   **layer)(norm(x[:, prefix:]))
     if self.pre_logits:
       x = jnp.tanh(layers.dense(self.pre_logits, ('embed', 'mlp'),

@@ -165,6 +165,12 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'per training image; 0 = off.'),
         Field('randaugment_magnitude', 10, integer(0, 10),
               "RandAugment's magnitude on the 0-10 scale."),
+        Field('crop_area_min', 0.0, number(0, 1),
+              "imagenet, finetune: the random crop's smallest area, a "
+              "fraction of the image's, up to all of it (aspect 0.75-1.33), "
+              "as big_vision's inception_crop draws it; 0 = the preset's "
+              "own: imagenet 10% (the Flax ImageNet example's), finetune "
+              "5%."),
     ),
     'schedule': (
         Field('batch_size', 128, integer(1),
@@ -188,6 +194,9 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'exponential: decay in steps rather than smoothly.'),
         Field('warmup_epochs', 0.0, number(0),
               'warmup_cosine: epochs of linear warmup from zero.'),
+        Field('warmup_steps', 0, integer(0, note=' (0 = from warmup_epochs)'),
+              'warmup_cosine: the warmup in steps; wins over warmup_epochs '
+              'when > 0, and must be fewer than the training steps.'),
     ),
     'optim': (
         Field('optimizer', 'sgd', choice(*optimizers.OPTIMIZERS),
@@ -241,10 +250,11 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               '(train/skipped_steps).'),
     ),
     'parallel': (
-        Field('strategy', 'pmap', choice(*STRATEGIES),
-              'pmap: the state replicated on every device | shard_map: the '
-              'same with jax.shard_map | sharded: jax.jit on a device mesh, '
-              'with the fields below (which the others ignore).'),
+        Field('strategy', 'sharded', choice(*STRATEGIES),
+              'sharded: jax.jit on a device mesh, with the fields below '
+              '(which the others ignore) | shard_map: the state replicated on '
+              'every device, each step one jax.shard_map | pmap: the same '
+              'with jax.pmap, the classic recipe (the *_pmap configs).'),
         Field('mesh.data', -1, MESH_SIZE,
               'Mesh axis sizes; one may be -1 (the devices left over). The '
               'batch is split over data x fsdp.'),

@@ -12,6 +12,7 @@ import ml_collections
 
 from recipes.config import fields
 from recipes.config.fields import FIELDS
+from recipes.core import optimizers
 from recipes.runtime.errors import UserError
 
 RULES = {name: field.rule for name, field in FIELDS.items() if field.rule}
@@ -56,3 +57,6 @@ def check(config: ml_collections.ConfigDict):
     raise UserError('grad_accum_steps > 1 does not work with float16 loss '
                     'scaling; use --config.half_precision_dtype=bfloat16 or '
                     '--config.grad_accum_steps=1.')
+  # A length in epochs (num_train_steps=0) is checked once the data's size
+  # is known (recipes/experiment.py).
+  optimizers.check_warmup(config, config.num_train_steps)

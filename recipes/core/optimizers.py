@@ -18,7 +18,8 @@ def learning_rate_schedule(config: ml_collections.ConfigDict,
 
   Args:
     config: the run's config: `lr_schedule`, `learning_rate` and the
-      chosen schedule's fields (`decay_steps`, `warmup_epochs`, ...).
+      chosen schedule's fields (`decay_steps`, `warmup_steps` or
+      `warmup_epochs`, ...).
     steps_per_epoch: updates per epoch, to turn epochs into steps.
     num_train_steps: the run's length in updates; the cosine decays to 0
       at its end.
@@ -38,12 +39,38 @@ def learning_rate_schedule(config: ml_collections.ConfigDict,
         lr, transition_steps=max(1, config.decay_steps),
         decay_rate=config.decay_rate, staircase=config.staircase)
   if config.lr_schedule == 'warmup_cosine':
-    warmup = int(config.warmup_epochs * steps_per_epoch)
+    warmup = warmup_steps(config, steps_per_epoch)
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=lr, warmup_steps=warmup,
         decay_steps=max(num_train_steps, warmup + 1), end_value=0.0)
   raise UserError(f'unknown lr_schedule {config.lr_schedule!r}; '
                   f'choose one of {", ".join(SCHEDULES)}.')
+
+
+def warmup_steps(config: ml_collections.ConfigDict,
+                 steps_per_epoch: int) -> int:
+  """The warmup's length in steps: `warmup_steps`, or where that is 0,
+  `warmup_epochs` whole steps."""
+  return config.warmup_steps or int(config.warmup_epochs * steps_per_epoch)
+
+
+def check_warmup(config: ml_collections.ConfigDict, num_train_steps: int):
+  """UserError if `warmup_steps` leaves no step of the run after it. A run
+  of one step (a trial) is let through, as big_vision does; a warmup in
+  epochs longer than the run is kept too (the rate rises through it).
+
+  Args:
+    config: the run's config: `lr_schedule` and `warmup_steps`.
+    num_train_steps: the run's length in updates.
+
+  Raises:
+    UserError: for a warmup_cosine warmup_steps >= num_train_steps > 1.
+  """
+  if (config.lr_schedule == 'warmup_cosine'
+      and config.warmup_steps >= num_train_steps > 1):
+    raise UserError(f'warmup_steps={config.warmup_steps} is not shorter than '
+                    f'the run\'s {num_train_steps} training steps; set '
+                    '--config.warmup_steps lower (0 = from warmup_epochs).')
 
 
 def decay_mask(params):

@@ -5,10 +5,11 @@ Augmentations (`config.augment`), in AUGMENTATIONS:
 - 'cifar': training images padded by 4 pixels, randomly cropped back and
   randomly flipped left-right (the standard CIFAR augmentation).
 - 'imagenet': encoded JPEGs, so streamed datasets only; training takes an
-  Inception-style random-resized crop (area 8%-100%, aspect 3/4-4/3) decoded
-  straight from the JPEG, resized to `image_size`, randomly flipped;
-  evaluation resizes and takes the central crop (image_size / (image_size +
-  32) of the shorter side).
+  Inception-style random-resized crop decoded straight from the JPEG
+  (`crop_window`: by default the Flax ImageNet example's, 10%-100% of the
+  area, aspect 3/4-4/3), resized bicubically to `image_size`, randomly
+  flipped; evaluation resizes and takes the central crop (image_size /
+  (image_size + 32) of the shorter side).
 - 'finetune': decoded images of any size (CIFAR's 32x32 in memory, or a
   streamed dataset's) at a pre-trained model's resolution, as
   google-research/vision_transformer fine-tunes (vit_jax/input_pipeline.py
@@ -16,6 +17,10 @@ Augmentations (`config.augment`), in AUGMENTATIONS:
   the area (aspect 0.75-1.33, TF's default), resized bilinearly to
   `image_size`, randomly flipped; evaluation resizes the whole image to
   `image_size` x `image_size`.
+The random crops of both take `crop_area_min` (`config.crop_area_min`): the
+smallest crop as a fraction of the image's area, from there to 100% as
+big_vision's inception_crop and vision_transformer draw it; 0, the preset's
+own.
 RandAugment (`config.randaugment_layers`, `config.randaugment_magnitude`;
 recipes/data/randaugment.py) follows the augmentation on training images, on
 pixel values before scaling; with layers > 0 training is random even for
@@ -103,7 +108,7 @@ def normalize(image, name: str):
   return (image - tf.constant(mean)) / tf.constant(std)
 
 
-def cifar_crop_flip(image, seed, image_size=None):
+def cifar_crop_flip(image, seed, image_size=None, crop_area_min=None):
   """Pad 4, random crop to the original size, random horizontal flip; keeps
   the pixel values and dtype.
 
@@ -111,11 +116,12 @@ def cifar_crop_flip(image, seed, image_size=None):
     image: one image [H, W, C].
     seed: a [2] integer tensor, the example's own.
     image_size: ignored (the presets' common signature).
+    crop_area_min: ignored, likewise.
 
   Returns:
     The augmented image, [H, W, C].
   """
-  del image_size
+  del image_size, crop_area_min
   shape = tf.shape(image)
   padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
   seeds = tf.random.experimental.stateless_split(seed, 2)
@@ -161,7 +167,44 @@ def _decode_window(encoded, window):
                                    window[1]:window[1] + window[3]])
 
 
-def imagenet_crop_flip(jpeg, seed, image_size: int):
+# The finetune preset's smallest crop, a fraction of the image's area.
+FINETUNE_CROP_AREA_MIN = 0.05
+
+
+def crop_window(shape, seed, area_min: float = 0.0):
+  """A random crop's window of an image of `shape`, as
+  tf.image.stateless_sample_distorted_bounding_box gives it.
+
+  Args:
+    shape: the image's [H, W, C], an int32 tensor.
+    seed: a [2] integer tensor.
+    area_min: the smallest crop as a fraction of the image's area, drawn
+      from there to 100% with TF's defaults otherwise (aspect 0.75-1.33,
+      100 attempts), as big_vision's inception_crop and vision_transformer
+      call it; 0: the Flax ImageNet example's crop, 8%-100% of the area
+      covering at least 10% of the image (so 10%-100%), aspect 3/4-4/3, 10
+      attempts.
+
+  Returns:
+    (begin, size): [y, x, 0] and [height, width, -1], int32.
+  """
+  if area_min:
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape, bounding_boxes=tf.zeros([0, 0, 4], tf.float32), seed=seed,
+        min_object_covered=0, area_range=(area_min, 1.0),
+        use_image_if_no_bounding_boxes=True)
+  else:
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0],
+                                          shape=[1, 1, 4]),
+        seed=seed, min_object_covered=0.1,
+        aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
+        max_attempts=10, use_image_if_no_bounding_boxes=True)
+  return begin, size
+
+
+def imagenet_crop_flip(jpeg, seed, image_size: int,
+                       crop_area_min: float = 0.0):
   """Random-resized crop decoded from the JPEG (or PNG), resize, random
   flip; float32 pixel values in [0, 255].
 
@@ -169,17 +212,14 @@ def imagenet_crop_flip(jpeg, seed, image_size: int):
     jpeg: the encoded JPEG (or PNG) bytes (a scalar string tensor).
     seed: a [2] integer tensor, the example's own.
     image_size: the output side, in pixels.
+    crop_area_min: the crop's smallest area (see `crop_window`); 0: the
+      Flax ImageNet example's crop.
 
   Returns:
     The image [image_size, image_size, 3].
   """
   seeds = tf.random.experimental.stateless_split(seed, 2)
-  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      _encoded_shape(jpeg),
-      bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
-      seed=seeds[0], min_object_covered=0.1,
-      aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
-      max_attempts=10, use_image_if_no_bounding_boxes=True)
+  begin, size = crop_window(_encoded_shape(jpeg), seeds[0], crop_area_min)
   window = tf.stack([begin[0], begin[1], size[0], size[1]])
   image = _decode_window(jpeg, window)
   image = tf.image.resize(image, [image_size, image_size], 'bicubic')
@@ -207,7 +247,8 @@ def imagenet_eval(jpeg, image_size: int):
   return tf.clip_by_value(image, 0, 255) / 255.0
 
 
-def finetune_crop_flip(image, seed, image_size: int):
+def finetune_crop_flip(image, seed, image_size: int,
+                       crop_area_min: float = 0.0):
   """vision_transformer's fine-tuning crop (tf.image.sample_distorted_
   bounding_box over 5-100% of the area, no box to cover), resized bilinearly
   to image_size x image_size, random flip; float32 pixel values in [0, 255].
@@ -216,15 +257,15 @@ def finetune_crop_flip(image, seed, image_size: int):
     image: one decoded image [H, W, C], of any size.
     seed: a [2] integer tensor, the example's own.
     image_size: the output side, in pixels.
+    crop_area_min: the crop's smallest area, a fraction of the image's; 0:
+      FINETUNE_CROP_AREA_MIN.
 
   Returns:
     The image [image_size, image_size, C].
   """
   seeds = tf.random.experimental.stateless_split(seed, 2)
-  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
-      seed=seeds[0], min_object_covered=0, area_range=(0.05, 1.0),
-      use_image_if_no_bounding_boxes=True)
+  begin, size = crop_window(tf.shape(image), seeds[0],
+                            crop_area_min or FINETUNE_CROP_AREA_MIN)
   crop = tf.slice(image, begin, size)
   crop.set_shape([None, None, image.shape[-1]])  # tf.slice loses it.
   # Bilinear weights are convex: the values stay in [0, 255].
@@ -250,9 +291,10 @@ def finetune_eval(image, image_size: int):
 class Augmentation:
   """One preset: how stored images become float32 model inputs."""
 
-  # (image, seed, image_size) -> pixel values in [0, 255] (the stored dtype,
-  # or float32 after a resize); None: the stored image, and training images
-  # get `eval` (on whole batches) unless RandAugment makes them random.
+  # (image, seed, image_size, crop_area_min) -> pixel values in [0, 255]
+  # (the stored dtype, or float32 after a resize); None: the stored image,
+  # and training images get `eval` (on whole batches) unless RandAugment
+  # makes them random.
   train: Callable | None
   # (image, image_size) -> image in [0, 1]; also on a batch unless
   # takes_jpeg.
@@ -276,7 +318,8 @@ AUGMENTATIONS = {
 
 
 def check(augment: str, normalize: str, randaugment_layers: int = 0,
-          randaugment_magnitude: float = randaugment.MAX_LEVEL):
+          randaugment_magnitude: float = randaugment.MAX_LEVEL,
+          crop_area_min: float = 0.0):
   """Checks the config's preprocessing fields.
 
   Args:
@@ -284,6 +327,8 @@ def check(augment: str, normalize: str, randaugment_layers: int = 0,
     normalize: a key of MEAN_STD, or '' for none.
     randaugment_layers: RandAugment's operations per image; 0: none.
     randaugment_magnitude: RandAugment's strength, 0 to MAX_LEVEL (10).
+    crop_area_min: the random crop's smallest area, a fraction of the
+      image's; 0: the preset's own. Presets without one ignore it.
 
   Raises:
     UserError: for an unknown name or a value out of range.
@@ -303,6 +348,11 @@ def check(augment: str, normalize: str, randaugment_layers: int = 0,
       or not 0 <= randaugment_magnitude <= randaugment.MAX_LEVEL):
     raise UserError(f'randaugment_magnitude={randaugment_magnitude!r} must '
                     f'be a number from 0 to {randaugment.MAX_LEVEL}.')
+  if (isinstance(crop_area_min, bool)
+      or not isinstance(crop_area_min, (int, float))
+      or not 0 <= crop_area_min <= 1):
+    raise UserError(f'crop_area_min={crop_area_min!r} must be a number from '
+                    "0 to 1 (0 = the preset's own).")
 
 
 def _to_uint8(image):
@@ -320,10 +370,13 @@ class Preprocessing:
   image_size: int = 0  # Output side for presets that resize.
   randaugment_layers: int = 0  # 0: no RandAugment.
   randaugment_magnitude: int = randaugment.MAX_LEVEL  # 0-10.
+  # The random crop's smallest area, a fraction of the image's; 0: the
+  # preset's own.
+  crop_area_min: float = 0.0
 
   def __post_init__(self):
     check(self.augment, self.normalize, self.randaugment_layers,
-          self.randaugment_magnitude)
+          self.randaugment_magnitude, self.crop_area_min)
 
   @property
   def augmentation(self) -> Augmentation:
@@ -386,7 +439,8 @@ class Preprocessing:
       {'pixels': ...} and, with RandAugment, 'draws' [layers, 4].
     """
     if self.augmentation.train is not None:
-      image = self.augmentation.train(image, seed, self.image_size)
+      image = self.augmentation.train(image, seed, self.image_size,
+                                      self.crop_area_min)
     out = {'pixels': image}
     if self.randaugment_layers:
       # Its own seed, so the crops stay those without RandAugment.

@@ -1,9 +1,11 @@
 """Every config file: complete, documented, and trains a step on mock data."""
 
+import functools
 import glob
 import importlib
 import os
 
+import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -40,9 +42,10 @@ def _shrink(config):
                            **zoo.spec(config.model).test_kwargs}
 
 
-def _fixed_batch_losses(config, num_steps: int):
-  """Losses of `num_steps` updates on one batch of the config's training data,
-  through its own model, optimizer and strategy; and its whole evaluation."""
+def _fixed_batch_steps(config, num_steps: int):
+  """`num_steps` updates on one batch of the config's training data, through
+  its own model, optimizer and strategy: the experiment, the state after them
+  and the loss of each."""
   exp = experiment.build(config)
   batch = next(exp.data.train_batches(batch_size=config.batch_size, seed=0,
                                       start_step=0, num_steps=1))
@@ -52,9 +55,27 @@ def _fixed_batch_losses(config, num_steps: int):
   for _ in range(num_steps):
     state, metrics = exp.strategy.train_step(state, placed)
     losses.append(float(exp.strategy.to_host(metrics).compute()['loss']))
+  return exp, state, losses
+
+
+def _fixed_batch_losses(config, num_steps: int):
+  """The losses of `_fixed_batch_steps`, and the whole evaluation after."""
+  exp, state, losses = _fixed_batch_steps(config, num_steps)
   evaluated = evaluation.evaluate(exp.strategy, state, exp.data,
                                   exp.eval_batch_size)
   return losses, evaluated
+
+
+def _test_size(config, data_dir):
+  """The config at its model's test size, one batch of 16 (2 per device),
+  32x32 crops for ImageNet configs, the configured rate from the first step;
+  Fashion-MNIST files in `data_dir` for the offline datasets."""
+  config.update(batch_size=16, eval_batch_size=16, image_size=32,
+                lr_schedule='constant', warmup_epochs=0.0)
+  _shrink(config)
+  if config.dataset in datasets.OFFLINE_DATASETS:
+    write_fashion_mnist(str(data_dir), num_train=32, num_test=20)
+    config.data_dir = str(data_dir)
 
 
 @pytest.mark.slow  # A few seconds a config.
@@ -63,14 +84,8 @@ def _fixed_batch_losses(config, num_steps: int):
 def test_config_learns_a_fixed_batch_and_evaluates(name, tmp_path,
                                                    monkeypatch):
   config = _config(name)
-  # The model at its test size, one batch of 16 (2 per device), 32x32 crops
-  # for ImageNet configs, and the configured rate from the first step.
-  config.update(batch_size=16, eval_batch_size=16, image_size=32,
-                lr_schedule='constant', warmup_epochs=0.0)
-  _shrink(config)
+  _test_size(config, tmp_path)
   if config.dataset in datasets.OFFLINE_DATASETS:
-    write_fashion_mnist(str(tmp_path), num_train=32, num_test=20)
-    config.data_dir = str(tmp_path)
     losses, evaluated = _fixed_batch_losses(config, 5)
   else:
     monkeypatch.setattr(tfds_source, 'first_unreachable_url', lambda b: None)
@@ -81,3 +96,57 @@ def test_config_learns_a_fixed_batch_and_evaluates(name, tmp_path,
   summary = evaluated.compute()
   assert int(evaluated.accuracy.count) == 20  # Every example, once.
   assert np.isfinite(summary['loss']) and 0 <= summary['accuracy'] <= 1
+
+
+# The configs on the strategies JAX recommends (jax.jit over a mesh, or
+# jax.shard_map), the reference recipes among them.
+RECOMMENDED_API = [name for name in CONFIGS
+                   if _config(name).strategy != 'pmap']
+# Those whose mesh is data parallel only, as pmap is, so the step's sums are
+# those of pmap's. (cifar10_vit_sharded and imagenet_vit_b16_pod split
+# matrices over tensor or fsdp, which rounds their sums differently;
+# tests/integration/test_sharded_equality.py compares such runs.)
+DATA_PARALLEL = [name for name in RECOMMENDED_API
+                 if _config(name).mesh.fsdp == _config(name).mesh.tensor == 1]
+
+
+def test_only_the_classic_recipes_run_on_pmap():
+  assert {n for n in CONFIGS if n not in RECOMMENDED_API} == {
+      n for n in CONFIGS if n.endswith('_pmap')}
+  assert default.get_config().strategy == 'sharded'
+
+
+@pytest.mark.slow  # A few seconds a config.
+@pytest.mark.parametrize('name', DATA_PARALLEL)
+@pytest.mark.usefixtures('fast_compiles')
+def test_config_takes_the_first_steps_it_took_under_pmap(name, tmp_path,
+                                                         monkeypatch):
+  """Three updates under the config's strategy and under pmap: the same
+  losses and parameters, to float32 rounding. In float32: in bfloat16 the
+  strategies' different reduction orders round differently, and Adam turns a
+  near-zero gradient's flipped sign into a whole step. Mixup, dropout and
+  drop path are off: by design their random draws are per device shard
+  under pmap and per global batch under sharded (big_vision's, for mixup)."""
+  monkeypatch.setattr(tfds_source, 'first_unreachable_url', lambda b: None)
+  runs = {}
+  for strategy in (_config(name).strategy, 'pmap'):
+    config = _config(name)
+    _test_size(config, tmp_path)
+    config.update(strategy=strategy, mixup_alpha=0.0, cutmix_alpha=0.0,
+                  half_precision=False)
+    options = zoo.spec(config.model).cls.__dataclass_fields__
+    with config.model_kwargs.unlocked():
+      config.model_kwargs.update({k: 0.0 for k in ('dropout_rate',
+                                                   'drop_path_rate')
+                                  if k in options})
+    with tfds.testing.mock_data(num_examples=20):
+      exp, state, losses = _fixed_batch_steps(config, 3)
+    runs[strategy] = (losses, exp.strategy.to_host(state.params),
+                      exp.strategy.to_host(state.batch_stats))
+  (losses, params, stats), (pmap_losses, pmap_params, pmap_stats) = (
+      runs.values())
+  np.testing.assert_allclose(losses, pmap_losses, rtol=1e-5)
+  assert losses[-1] != losses[0]  # The steps changed the parameters.
+  close = functools.partial(np.testing.assert_allclose, rtol=1e-4, atol=1e-6)
+  jax.tree.map(close, params, pmap_params)
+  jax.tree.map(close, stats, pmap_stats)

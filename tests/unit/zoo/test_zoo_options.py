@@ -7,6 +7,7 @@ import functools
 import math
 import re
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -280,6 +281,29 @@ def test_pre_logits_is_a_dense_layer_and_tanh_before_the_head():
               + params['head']['bias'])
   np.testing.assert_allclose(model.apply(variables, x), expected, rtol=1e-5,
                              atol=1e-5)
+
+
+def test_mlp_bias_init_std_starts_the_mlp_biases_only_from_a_normal():
+  # pool='map': the blocks' MLPs and the MAP head's.
+  plain, x = _small('vit_ti16', pool='map', num_layers=1)
+  model = plain.clone(mlp_bias_init_std=1e-6)
+  default, changed = (
+      flax.traverse_util.flatten_dict(nn.meta.unbox(v)['params'], sep='/')
+      for v in jax.jit(lambda key: [m.init(key, x[:1]) for m in (
+          plain, model)])(jax.random.PRNGKey(0)))
+  assert {k: v.shape for k, v in changed.items()} == {
+      k: v.shape for k, v in default.items()}
+  biases = [k for k in default if re.search(r'/Dense_[01]/bias$', k)]
+  assert len(biases) == 2 + 2  # The block's and the head's.
+  assert any(k.startswith('map_head/') for k in biases)
+  for k in biases:
+    assert not np.any(default[k])
+  values = np.concatenate([changed[k] for k in biases])
+  assert np.all(values != 0) and 0.8e-6 < values.std() < 1.2e-6
+  for k in set(default) - set(biases):
+    np.testing.assert_array_equal(changed[k], default[k], err_msg=k)
+  with pytest.raises(ValueError, match='mlp_bias_init_std'):
+    zoo.create('vit_s16', mlp_bias_init_std=-1e-6)
 
 
 def test_big_vision_vit_s16_parameter_counts():

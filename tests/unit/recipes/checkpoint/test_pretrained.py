@@ -317,7 +317,7 @@ def test_convert_then_fine_tune_is_two_commands(tmp_path):
        f'--config.data_dir={tmp_path}', '--config.train_split=train',
        '--config.eval_split=test', '--config.augment=none',
        '--config.batch_size=8', '--config.num_train_steps=1',
-       '--config.warmup_epochs=0', '--config.stall_timeout_seconds=0'],
+       '--config.warmup_steps=0', '--config.stall_timeout_seconds=0'],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
       check=False)
   log = done.stdout + done.stderr

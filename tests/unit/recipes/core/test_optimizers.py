@@ -3,6 +3,9 @@ import numpy as np
 import optax
 import pytest
 
+from configs import imagenet_vit_s16
+from recipes import experiment
+from recipes.config import validation
 from recipes.core import optimizers
 from recipes.runtime.errors import UserError
 from tests.helpers import tiny_config
@@ -26,6 +29,58 @@ def test_warmup_cosine_rises_then_falls_to_zero():
   assert schedule(0) == 0.0
   np.testing.assert_allclose(schedule(20), 0.2, rtol=1e-6)
   assert 0 < schedule(60) < 0.2 and abs(schedule(100)) < 1e-9
+
+
+def _peak_step(schedule, peak, last):
+  """The first step at which `schedule` reaches `peak`, rising to it."""
+  rates = np.asarray(jax.vmap(schedule)(np.arange(last + 1)))
+  step = int(np.argmax(np.isclose(rates, peak, rtol=1e-6)))
+  assert np.all(np.diff(rates[:step + 1]) > 0) and rates[0] == 0
+  return step
+
+
+@pytest.mark.parametrize('warmup_steps, peak_at', [(7, 7), (0, 50)])
+def test_warmup_steps_win_over_warmup_epochs(warmup_steps, peak_at):
+  config = tiny_config(lr_schedule='warmup_cosine', learning_rate=0.2,
+                       warmup_epochs=5.0, warmup_steps=warmup_steps)
+  schedule = optimizers.learning_rate_schedule(config, 10, 100)
+  assert _peak_step(schedule, 0.2, 100) == peak_at
+  assert abs(schedule(100)) < 1e-9
+
+
+def test_imagenet_vit_s16_runs_and_warms_up_as_big_vision_counts():
+  # 1,268,355 examples at batch 1024: 1,238 whole steps per epoch, which
+  # the length and warmup in steps no longer depend on.
+  config = imagenet_vit_s16.get_config()
+  num_steps = experiment._num_train_steps(config, 1_268_355 // 1024)  # pylint: disable=protected-access
+  assert num_steps == 111_477 == round(90 * 1_268_355 / 1024)
+  schedule = optimizers.learning_rate_schedule(config, 1_268_355 // 1024,
+                                               num_steps)
+  assert _peak_step(schedule, 0.001, 10_001) == 10_000
+  assert float(schedule(num_steps)) == 0.0 < float(schedule(num_steps - 100))
+
+
+def test_a_warmup_in_steps_must_leave_steps_to_train():
+  config = tiny_config(lr_schedule='warmup_cosine', num_train_steps=100,
+                       warmup_steps=100)
+  message = (r"^warmup_steps=100 is not shorter than the run's 100 training "
+             r'steps; set --config.warmup_steps lower \(0 = from '
+             r'warmup_epochs\).$')
+  with pytest.raises(UserError, match=message):
+    validation.check(config)
+  config.num_train_steps = 0  # In epochs: checked once the data is known.
+  validation.check(config)
+  config.num_epochs = 2.0
+  with pytest.raises(UserError, match=r'the run\'s 100 training steps'):
+    experiment._num_train_steps(config, 50)  # pylint: disable=protected-access
+  assert experiment._num_train_steps(config, 51) == 102  # pylint: disable=protected-access
+  # Let through: another schedule, a one-step trial, a warmup in epochs.
+  validation.check(tiny_config(lr_schedule='constant', num_train_steps=100,
+                               warmup_steps=100))
+  validation.check(tiny_config(lr_schedule='warmup_cosine',
+                               num_train_steps=1, warmup_steps=100))
+  config = tiny_config(lr_schedule='warmup_cosine', warmup_epochs=3.0)
+  assert experiment._num_train_steps(config, 10) == 6  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize('name', ['sgd', 'adam', 'adamw'])

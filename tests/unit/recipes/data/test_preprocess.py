@@ -3,6 +3,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from configs import imagenet_vit_s16
+from recipes import experiment
+from recipes.config import defaults, validation
 from recipes.data import datasets, in_memory, preprocess, tfds_source
 from recipes.data.preprocess import Preprocessing
 from recipes.runtime.errors import UserError
@@ -52,6 +55,89 @@ def test_imagenet_crops_have_the_requested_size():
   evaluated = prep.eval(jpeg).numpy()
   assert evaluated.shape == (48, 48, 3)
   np.testing.assert_array_equal(evaluated, prep.eval(jpeg).numpy())
+
+
+# The samplers' arguments, written out: the Flax ImageNet example's
+# (input_pipeline.py:80-113 at google/flax@18f8f311), and big_vision's
+# inception_crop (big_vision/pp/ops_image.py:197-242 at 0127fb6b), with TF's
+# defaults for what it does not set.
+_FLAX_CROP = dict(
+    bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+    min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3),
+    area_range=(0.08, 1.0), max_attempts=10)
+_BIG_VISION_CROP = dict(bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+                        min_object_covered=0, area_range=(0.05, 1.0))
+
+
+def _reference_crop_flip(jpeg, seed, image_size, **sampler):
+  """imagenet_crop_flip as it was before crop_area_min, drawing its window
+  with `sampler`'s arguments."""
+  seeds = tf.random.experimental.stateless_split(seed, 2)
+  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      tf.io.extract_jpeg_shape(jpeg), seed=seeds[0],
+      use_image_if_no_bounding_boxes=True, **sampler)
+  image = tf.io.decode_and_crop_jpeg(
+      jpeg, tf.stack([begin[0], begin[1], size[0], size[1]]), channels=3)
+  image = tf.image.resize(image, [image_size, image_size], 'bicubic')
+  return tf.image.stateless_random_flip_left_right(
+      tf.clip_by_value(image, 0, 255), seeds[1])
+
+
+@pytest.mark.parametrize('crop_area_min, sampler', [
+    (0.0, _FLAX_CROP), (0.05, _BIG_VISION_CROP)])
+def test_imagenet_crops_are_drawn_with_the_sources_arguments(crop_area_min,
+                                                              sampler):
+  # By default the crops of before, seed for seed; with 5%, big_vision's.
+  prep = Preprocessing('imagenet', image_size=32, crop_area_min=crop_area_min)
+  jpeg = tf.constant(_jpeg(75, 100))
+  other = Preprocessing('imagenet', image_size=32,
+                        crop_area_min=0.0 if crop_area_min else 0.05)
+  differ = 0
+  for i in range(8):
+    pixels = prep.augment_example(jpeg, _seed(i))['pixels'].numpy()
+    np.testing.assert_array_equal(
+        pixels, _reference_crop_flip(jpeg, _seed(i), 32, **sampler).numpy())
+    differ += not np.array_equal(
+        pixels, other.augment_example(jpeg, _seed(i))['pixels'].numpy())
+  assert differ >= 6
+
+
+def _crop_areas(area_min: float, draws: int):
+  """The fractions of a 375x500 JPEG's area that `draws` imagenet crops
+  take, seeded as imagenet_crop_flip seeds them."""
+  shape = tf.io.extract_jpeg_shape(tf.constant(_jpeg(375, 500)))
+
+  @tf.function
+  def areas(seeds):
+    def area(seed):
+      first = tf.random.experimental.stateless_split(seed, 2)[0]
+      _, size = preprocess.crop_window(shape, first, area_min)
+      return size[0] * size[1]
+    return tf.map_fn(area, seeds, fn_output_signature=tf.int32)
+
+  seeds = tf.stack([tf.fill([draws], 7), tf.range(draws)], axis=1)
+  return areas(tf.cast(seeds, tf.int64)).numpy() / (375 * 500)
+
+
+@pytest.mark.parametrize('crop_area_min, floor', [(0.0, 0.1), (0.05, 0.05)])
+def test_imagenet_crop_area_floor(crop_area_min, floor):
+  # The default's 8% area range covering at least 10% of the image: 10%.
+  areas = _crop_areas(crop_area_min, 1000)
+  assert floor <= areas.min() < floor + 0.01
+  assert 0.9 < areas.max() <= 1
+
+
+def test_crop_area_min_comes_from_the_config_and_is_checked():
+  assert experiment.preprocessing(
+      imagenet_vit_s16.get_config()).crop_area_min == 0.05
+  assert experiment.preprocessing(defaults.get_config()).crop_area_min == 0
+  for bad in (-0.1, 1.5):
+    with pytest.raises(UserError, match='crop_area_min'):
+      Preprocessing('imagenet', crop_area_min=bad)
+    config = defaults.get_config()
+    config.crop_area_min = bad
+    with pytest.raises(UserError, match=r'crop_area_min is .*; it must be '):
+      validation.check(config)
 
 
 @pytest.mark.parametrize('normalize', ['', *preprocess.MEAN_STD])
