@@ -11,7 +11,8 @@ variant on its class; the package imports every module (zoo/__init__.py).
 
 A model of your own needs no registration: 'package.module:ClassName' names a
 Linen Module class that is imported and created like a registered model
-(e.g. `--config.model=my_models:SmallNet` in the recipes). Its spec has no
+(e.g. `--config.model=my_models:SmallNet` in the recipes), or an NNX Module
+class, which is wrapped as a Linen one (zoo/nnx_models.py). Its spec has no
 defaults, family, input shape or test kwargs.
 """
 
@@ -22,6 +23,8 @@ import importlib
 from typing import Any, Callable, Mapping
 
 import flax.linen as nn
+
+from zoo import nnx_models
 
 # What kind of network a variant is. Code that owns a mesh picks default
 # partition rules by family (recipes/parallel/partition_rules.py), so the zoo
@@ -131,7 +134,8 @@ def _fixed(shape: tuple[int, ...]):
 
 
 def _import(path: str) -> type[nn.Module]:
-  """The Linen Module class that 'package.module:ClassName' names."""
+  """The Linen Module class that 'package.module:ClassName' names (an NNX
+  Module class wrapped as one)."""
   module_name, _, class_name = path.partition(':')
   if not module_name or not class_name.isidentifier():
     raise ValueError(f'model {path!r} is not of the form '
@@ -153,9 +157,11 @@ def _import(path: str) -> type[nn.Module]:
             else '.')
     raise ValueError(f'model {path!r}: module {module_name!r} has no '
                      f'{class_name!r}{hint}')
+  if nnx_models.is_nnx_class(cls):
+    return nnx_models.linen_class(cls)
   if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
     raise ValueError(f'model {path!r} is {cls!r}, not a flax.linen.Module '
-                     'class.')
+                     'or flax.nnx.Module class.')
   return cls
 
 

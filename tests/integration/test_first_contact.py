@@ -311,7 +311,7 @@ def test_zoo_creates_a_model_named_by_its_import_path(own_models):
     ('own_models:SmallNte', "model 'own_models:SmallNte': module "
      "'own_models' has no 'SmallNte'; did you mean 'SmallNet'?"),
     ('own_models:NOT_A_MODULE', "model 'own_models:NOT_A_MODULE' is 3, not "
-     'a flax.linen.Module class.'),
+     'a flax.linen.Module or flax.nnx.Module class.'),
     ('own_models:', "model 'own_models:' is not of the form "
      "'package.module:ClassName'."),
     ('own_models', "unknown model 'own_models'; registered models: "),
