@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
+from ml_collections import config_flags
 
 from recipes import checkpoint
 from recipes.config import defaults as default
@@ -56,6 +58,16 @@ def tiny_config(**overrides):
   config.update(dict(batch_size=16, num_train_steps=6, log_every_steps=2,
                      eval_every_steps=3), **overrides)
   return config
+
+
+def config_from_command_line(argv: list[str]):
+  """The config that `argv` (['train', '--config=FILE', '--config.X=V', ...])
+  gives, parsed by ml_collections' config_flags as the commands parse it."""
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, '', flag_values=flag_values,
+                                  lock_config=True, sys_argv=argv)
+  flag_values(argv)
+  return flag_values.config
 
 
 def random_batch(n: int = 16, seed: int = 0, mask: bool = False) -> dict:

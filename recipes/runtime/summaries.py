@@ -32,7 +32,7 @@ from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from recipes.runtime import storage, wandb_writer
+from recipes.runtime import scalar_writer, storage, wandb_writer
 
 DIRECTORY = 'summaries'
 # Numbers the event files of this process, in every workdir and writer: with
@@ -95,7 +95,7 @@ def hparams(config: ml_collections.ConfigDict, prefix: str = '') -> dict:
   return flat
 
 
-class EventFileWriter(metric_writers.MetricWriter):
+class EventFileWriter(scalar_writer.ScalarWriter):
   """Scalars and hyperparameters as TensorBoard event files in `directory`.
 
   Events are kept in memory and written as one new file at each `flush`, or
@@ -169,11 +169,3 @@ class EventFileWriter(metric_writers.MetricWriter):
       None.
     """
     self.flush()
-
-  def _unsupported(self, *args, **kwargs):
-    del args, kwargs
-    raise NotImplementedError(
-        f'{type(self).__name__} writes scalars and hyperparameters only.')
-
-  write_summaries = write_images = write_videos = write_audios = _unsupported
-  write_texts = write_histograms = _unsupported

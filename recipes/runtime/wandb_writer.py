@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 from absl import logging
-from clu import metric_writers
 from etils import epath
 
-from recipes.runtime import errors, storage
+from recipes.runtime import errors, scalar_writer, storage
 from recipes.runtime.errors import UserError
 
 RUN_ID_FILE = 'wandb_run_id'
@@ -122,7 +121,7 @@ def create(config, workdir: str | os.PathLike) -> 'WandbWriter':
   return WandbWriter(run)
 
 
-class WandbWriter(metric_writers.MetricWriter):
+class WandbWriter(scalar_writer.ScalarWriter):
   """Scalars and hyperparameters to a W&B run; closing finishes it."""
 
   def __init__(self, run):
@@ -162,11 +161,3 @@ class WandbWriter(metric_writers.MetricWriter):
   def close(self):
     """Finishes the W&B run: what is logged is written (and uploaded)."""
     self._run.finish()
-
-  def _unsupported(self, *args, **kwargs):
-    del args, kwargs
-    raise NotImplementedError(
-        f'{type(self).__name__} writes scalars and hyperparameters only.')
-
-  write_summaries = write_images = write_videos = write_audios = _unsupported
-  write_texts = write_histograms = _unsupported

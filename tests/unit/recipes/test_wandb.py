@@ -10,14 +10,13 @@ import zlib
 
 import numpy as np
 import pytest
-from absl import flags
-from ml_collections import config_flags
 
 from recipes import train
 from recipes.config import validation
 from recipes.runtime import summaries, wandb_writer
 from recipes.runtime.errors import UserError
-from tests.helpers import ROOT, read_scalars, tiny_config
+from tests.helpers import (ROOT, config_from_command_line, read_scalars,
+                           tiny_config)
 
 _INSTALL = "pip install -e '.[wandb]' (or pip install wandb)"
 pytestmark = pytest.mark.usefixtures('fast_compiles')  # Tiny models.
@@ -52,7 +51,8 @@ _FULL, _LAST = 1, 4  # The kinds of chunk that end a record.
 
 def _records(path):
   """The records of a .wandb file, each checked against its checksum."""
-  from wandb.proto import wandb_internal_pb2  # pylint: disable=g-import-not-at-top
+  from wandb.proto import \
+      wandb_internal_pb2  # pylint: disable=g-import-not-at-top
   data = pathlib.Path(path).read_bytes()
   assert data[:_HEADER] == b':W&B' + struct.pack('<HB', 0xBEE1, 0)
   pos, parts = _HEADER, b''
@@ -196,11 +196,7 @@ def test_a_package_that_does_not_import_is_one_line(monkeypatch, tmp_path):
 def test_tags_come_comma_separated_from_the_command_line():
   argv = ['train', f'--config={ROOT}/configs/fashion_mnist_pmap.py',
           '--config.wandb_tags=baseline, lr 0.1,,cnn']
-  flag_values = flags.FlagValues()
-  config_flags.DEFINE_config_file('config', None, '', flag_values=flag_values,
-                                  lock_config=True, sys_argv=argv)
-  flag_values(argv)
-  config = flag_values.config
+  config = config_from_command_line(argv)
   validation.check(config)
   assert wandb_writer.tags(config.wandb_tags) == ['baseline', 'lr 0.1', 'cnn']
   config.wandb_tags = 'ok,' + 'x' * 65

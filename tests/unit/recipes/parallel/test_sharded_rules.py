@@ -5,9 +5,7 @@ import flax.linen as nn
 import jax
 import optax
 import pytest
-from absl import flags
 from jax.sharding import PartitionSpec as P
-from ml_collections import config_flags
 
 import zoo
 from recipes import experiment
@@ -16,7 +14,7 @@ from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh, mesh_shape
 from recipes.parallel.sharded import ShardedStrategy
 from recipes.runtime.errors import UserError
-from tests.helpers import ROOT, tiny_config
+from tests.helpers import ROOT, config_from_command_line, tiny_config
 
 DP = dict(data=-1, fsdp=1, tensor=1)
 FSDP = dict(data=1, fsdp=-1, tensor=1)
@@ -73,11 +71,7 @@ def test_mesh_and_rules_come_from_the_command_line():
           '--config.mesh.data=-1', '--config.mesh.tensor=2',
           "--config.partition_rules=(('mlp', 'tensor'), ('embed', 'fsdp'))",
           "--config.path_rules=(('Dense_1/kernel$', ('tensor',)),)"]
-  flag_values = flags.FlagValues()
-  config_flags.DEFINE_config_file('config', None, '', flag_values=flag_values,
-                                  lock_config=True, sys_argv=argv)
-  flag_values(argv)
-  config = flag_values.config
+  config = config_from_command_line(argv)
   assert config.strategy == 'sharded'
   assert mesh_shape(config.mesh, 8) == (4, 1, 2)
   strategy = _strategy('cnn', config.mesh, rules=partition_rules.logical_rules(
