@@ -32,11 +32,20 @@ jax.config.update('jax_num_cpu_devices', 8)
 @pytest.fixture(scope='module')
 def fast_compiles():
   """XLA without most optimizations, for a module of tiny models where
-  compiling takes longer than running and the numbers need no speed."""
-  before = jax.config.read('jax_disable_most_optimizations')
+  compiling takes longer than running and the numbers need no speed.
+
+  Those programs are not written to the compilation cache: serializing them
+  (`executable.serialize()`, on the way into the cache) crashed jax 0.10's
+  CPU runtime with a segfault now and then.
+  """
+  names = ('jax_disable_most_optimizations',
+           'jax_persistent_cache_min_compile_time_secs')
+  before = {name: jax.config.read(name) for name in names}
   jax.config.update('jax_disable_most_optimizations', True)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 1e9)
   yield
-  jax.config.update('jax_disable_most_optimizations', before)
+  for name, value in before.items():
+    jax.config.update(name, value)
 
 
 @pytest.fixture(scope='session')
