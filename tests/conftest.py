@@ -38,14 +38,14 @@ def fast_compiles():
   (`executable.serialize()`, on the way into the cache) crashed jax 0.10's
   CPU runtime with a segfault now and then.
   """
-  names = ('jax_disable_most_optimizations',
-           'jax_persistent_cache_min_compile_time_secs')
-  before = {name: jax.config.read(name) for name in names}
+  before = (jax.config.read('jax_disable_most_optimizations'),
+            # (jax 0.12's config.read refuses this one.)
+            jax.config.jax_persistent_cache_min_compile_time_secs)
   jax.config.update('jax_disable_most_optimizations', True)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 1e9)
   yield
-  for name, value in before.items():
-    jax.config.update(name, value)
+  jax.config.update('jax_disable_most_optimizations', before[0])
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', before[1])
 
 
 @pytest.fixture(scope='session')
