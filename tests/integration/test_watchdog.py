@@ -78,6 +78,13 @@ def test_time_suspended_is_not_a_stall():
   assert stdout == 'finished\n'
 
 
+def _where_it_ended(output: str) -> str:
+  """The start of a crash report (faulthandler's 'Fatal Python error'), or
+  else the output's end."""
+  start = output.find('Fatal Python error')
+  return output[start:start + 3000] if start >= 0 else output[-3000:]
+
+
 def _child_with_process_id(parent: int, process_id: int) -> int | None:
   for pid in open(f'/proc/{parent}/task/{parent}/children').read().split():
     try:
@@ -114,7 +121,7 @@ def test_a_hung_process_ends_the_whole_job_with_the_step_and_stacks(tmp_path):
     if frozen is None:  # Show why: the job's own output says.
       rest, _ = launcher.communicate(timeout=60)
       raise AssertionError('process 1 is not running:\n'
-                           + (''.join(output) + rest)[-3000:])
+                           + _where_it_ended(''.join(output) + rest))
     os.kill(frozen, signal.SIGSTOP)
     frozen_at = time.monotonic()
     rest, _ = launcher.communicate(timeout=120)
