@@ -7,6 +7,7 @@ tests that need them (pytest.importorskip), not here.
 
 import dataclasses
 import json
+import os
 import struct
 import sys
 
@@ -42,6 +43,14 @@ def originals(*names: str) -> list:
 
 # Largest logit difference relative to the largest logit, float32.
 RTOL = 1e-5
+
+# The larger variants of a family whose full-size comparison the suite makes
+# on one variant: the same code at other widths and depths (together 3.5
+# minutes on a busy 2-core CPU). TESTS_ALL_SIZES=1 runs them.
+all_sizes_only = pytest.mark.skipif(
+    os.environ.get('TESTS_ALL_SIZES') != '1',
+    reason='a larger variant of a family compared at full size on another: '
+    'TESTS_ALL_SIZES=1 runs it')
 
 
 def relative_difference(ours, theirs) -> float:

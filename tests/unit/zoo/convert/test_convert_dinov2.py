@@ -24,8 +24,8 @@ torch, timm, functional = originals('torch', 'timm', 'torch.nn.functional')
 
 # pylint: disable=wrong-import-position
 import zoo
-from tests.convert_helpers import (RTOL, assert_exactly_once, images,
-                                   randomize_torch, relative_difference,
+from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
+                                   images, randomize_torch, relative_difference,
                                    torch_logits, zoo_logits)
 from zoo import convert, registry, vit
 from zoo.convert import export, timm_vit
@@ -174,12 +174,22 @@ def test_a_file_of_another_size_names_the_tensor(tiny):
 
 
 @pytest.mark.slow  # 22M parameters; timm's sizes at 224 and 280.
-def test_dinov2_s14_reg4_gives_timms_features():
-  model = randomize_torch(timm.create_model(
-      'vit_small_patch14_reg4_dinov2', img_size=224, dynamic_img_size=True))
+@pytest.mark.parametrize('timm_name,name', [
+    ('vit_small_patch14_reg4_dinov2', 'dinov2_s14_reg4'),
+    *(pytest.param(t, n, marks=all_sizes_only) for t, n in [
+        ('vit_small_patch14_dinov2', 'dinov2_s14'),
+        ('vit_base_patch14_dinov2', 'dinov2_b14'),
+        ('vit_base_patch14_reg4_dinov2', 'dinov2_b14_reg4'),
+        ('vit_large_patch14_dinov2', 'dinov2_l14'),
+        ('vit_large_patch14_reg4_dinov2', 'dinov2_l14_reg4')])])
+def test_dinov2s_give_timms_features(timm_name, name):
+  model = randomize_torch(timm.create_model(timm_name, img_size=224,
+                                            dynamic_img_size=True))
   converted = _converted(model)
-  assert (converted.name, converted.kwargs) == ('dinov2_s14_reg4', {
+  assert (converted.name, converted.kwargs) == (name, {
       'num_classes': 0, 'patch_size': 14, 'image_size': 224,
       'gelu': 'exact'})
-  _compare(converted, model, images(2, 224))
-  _compare(converted, model, images(1, 280))  # 20x20 patches from 16x16.
+  differences = [_compare(converted, model, images(2, 224)),
+                 # 20x20 patches from the 16x16 of the position embedding.
+                 _compare(converted, model, images(1, 280))]
+  print(f'{name}: {max(differences):.1e}')

@@ -24,10 +24,10 @@ torch, timm, safetensors_torch = originals(
 
 # pylint: disable=wrong-import-position
 import zoo
-from tests.convert_helpers import (RTOL, GoogleViT, assert_exactly_once,
-                                   google_vit_npz, images, randomize_torch,
-                                   relative_difference, torch_logits,
-                                   zoo_logits)
+from tests.convert_helpers import (RTOL, GoogleViT, all_sizes_only,
+                                   assert_exactly_once, google_vit_npz, images,
+                                   randomize_torch, relative_difference,
+                                   torch_logits, zoo_logits)
 from zoo import convert, registry
 from zoo.convert import export, timm_vit
 
@@ -200,13 +200,20 @@ def test_files_of_another_size_name_the_tensor(tiny):
     convert.convert(without_the_head)  # A gap ViT of siglip_tiny's sizes.
 
 
-@pytest.mark.slow  # 93M parameters at 224x224.
-def test_siglip_b16_gives_timms_embedding(tmp_path):
-  model = randomize_torch(timm.create_model('vit_base_patch16_siglip_224'))
-  path = tmp_path / 'siglip_b16.safetensors'
+@pytest.mark.slow  # 93M parameters at 224x224 (the others: 316M, 428M).
+@pytest.mark.parametrize('timm_name,name,patch,size', [
+    ('vit_base_patch16_siglip_224', 'siglip_b16', 16, 224),
+    pytest.param('vit_large_patch16_siglip_256', 'siglip_l16', 16, 256,
+                 marks=all_sizes_only),
+    pytest.param('vit_so400m_patch14_siglip_224', 'siglip_so400m14', 14, 224,
+                 marks=all_sizes_only)])
+def test_siglip_towers_give_timms_embedding(timm_name, name, patch, size,
+                                            tmp_path):
+  model = randomize_torch(timm.create_model(timm_name))
+  path = tmp_path / f'{name}.safetensors'
   safetensors_torch.save_file(model.state_dict(), str(path))
   converted = convert.load(path)
-  assert (converted.name, converted.kwargs) == ('siglip_b16', {
-      'num_classes': 0, 'patch_size': 16, 'image_size': 224,
+  assert (converted.name, converted.kwargs) == (name, {
+      'num_classes': 0, 'patch_size': patch, 'image_size': size,
       'gelu': 'exact'})
-  _compare('siglip_b16', converted, model, images(2, 224))
+  print(f'{name}: {_compare(name, converted, model, images(2, size)):.1e}')
