@@ -63,7 +63,7 @@ def test_a_model_the_original_cannot_be_is_refused():
 
 
 def jax_init(model, shape):
-  import jax  # pylint: disable=import-outside-toplevel
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
   return nn.meta.unbox(jax.eval_shape(
       model.init, jax.random.PRNGKey(0), np.zeros(shape, np.float32)))
