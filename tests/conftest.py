@@ -1,6 +1,7 @@
 """Every test runs on the CPU with 8 simulated devices, set before JAX loads."""
 
 import atexit
+import gc
 import os
 import shutil
 import subprocess
@@ -27,6 +28,19 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tests.helpers import write_fashion_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 jax.config.update('jax_num_cpu_devices', 8)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _compiled_programs_freed_after_each_module():
+  """JAX keeps every program it compiled while its function lives, and each
+  compiled XLA:CPU program holds a few of the process's memory mappings. A
+  pytest worker that kept them all reached Linux's limit of 65,530 mappings
+  (vm.max_map_count) late in the suite, and XLA then segfaulted compiling or
+  serializing the next program. Each module's programs are freed when it
+  ends (later modules read the compilation cache)."""
+  yield
+  jax.clear_caches()
+  gc.collect()
 
 
 @pytest.fixture(scope='module')
