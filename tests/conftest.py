@@ -34,10 +34,10 @@ jax.config.update('jax_num_cpu_devices', 8)
 def _compiled_programs_freed_after_each_module():
   """JAX keeps every program it compiled while its function lives, and each
   compiled XLA:CPU program holds a few of the process's memory mappings. A
-  pytest worker that kept them all reached Linux's limit of 65,530 mappings
-  (vm.max_map_count) late in the suite, and XLA then segfaulted compiling or
-  serializing the next program. Each module's programs are freed when it
-  ends (later modules read the compilation cache)."""
+  pytest worker that kept them all headed for Linux's limit of 65,530
+  (vm.max_map_count), and XLA segfaulted compiling or serializing programs
+  late in the suite until they were freed. Each module's programs are freed
+  when it ends (later modules read the compilation cache)."""
   yield
   jax.clear_caches()
   gc.collect()
