@@ -142,6 +142,11 @@ def _import(path: str) -> type[nn.Module]:
                      "'package.module:ClassName'.")
   try:
     module = importlib.import_module(module_name)
+  except SystemExit as e:  # Else the run would end there, maybe with 0.
+    raise ValueError(f'importing {module_name!r} for model {path!r} ended '
+                     f'the program (SystemExit: {e.code!r}); a module of '
+                     'models must not call sys.exit() when imported: move '
+                     "that code under `if __name__ == '__main__':`.") from None
   except Exception as e:  # pylint: disable=broad-except
     if isinstance(e, ModuleNotFoundError) and e.name and (
         f'{module_name}.'.startswith(f'{e.name}.')):  # Not one it imports.

@@ -286,9 +286,12 @@ def own_models(tmp_path, monkeypatch):
   (tmp_path / 'own_models.py').write_text(
       _docs_model_module() + '\nNOT_A_MODULE = 3\n')
   (tmp_path / 'broken_models.py').write_text('import no_such_dependency\n')
+  (tmp_path / 'exiting_models.py').write_text('import sys\nsys.exit(0)\n')
+  (tmp_path / 'interrupted_models.py').write_text('raise KeyboardInterrupt\n')
   monkeypatch.syspath_prepend(str(tmp_path))
   yield
-  for name in ('own_models', 'broken_models'):
+  for name in ('own_models', 'broken_models', 'exiting_models',
+               'interrupted_models'):
     sys.modules.pop(name, None)
 
 
@@ -308,6 +311,10 @@ def test_zoo_creates_a_model_named_by_its_import_path(own_models):
     ('broken_models:Net', "importing 'broken_models' for model "
      "'broken_models:Net' failed (ModuleNotFoundError: No module named "
      "'no_such_dependency')."),
+    ('exiting_models:Net', "importing 'exiting_models' for model "
+     "'exiting_models:Net' ended the program (SystemExit: 0); a module of "
+     'models must not call sys.exit() when imported: move that code under '
+     "`if __name__ == '__main__':`."),
     ('own_models:SmallNte', "model 'own_models:SmallNte': module "
      "'own_models' has no 'SmallNte'; did you mean 'SmallNet'?"),
     ('own_models:NOT_A_MODULE', "model 'own_models:NOT_A_MODULE' is 3, not "
@@ -321,3 +328,8 @@ def test_a_bad_import_path_is_one_clear_line(own_models, name, message):
     zoo.create(name, num_classes=3)
   assert str(error.value).startswith(message)
   assert '\n' not in str(error.value)
+
+
+def test_ctrl_c_while_a_model_module_is_imported_still_interrupts(own_models):
+  with pytest.raises(KeyboardInterrupt):
+    zoo.create('interrupted_models:Net', num_classes=3)
