@@ -320,17 +320,35 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
 
 
 def _writable(location: str):
-  """The path of `location`, its folder made; UserError if it cannot be."""
+  """The path of `location`, its folder made and a file written there once
+  (then removed), so that a compile of minutes is not lost for want of it;
+  UserError if it cannot be."""
   path = storage.path(location)
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
       raise IsADirectoryError(21, 'a directory')
+    _partial(path).write_text('')
+    _partial(path).unlink()
   except OSError as e:
-    raise UserError(f'cannot write --json={location!r} '
-                    f'({e.strerror or e}); give a file path that can be '
-                    'written.') from None
+    raise _not_writable(location, e) from None
   return path
+
+
+def _partial(path):
+  """Where the report is written before it replaces `path` whole."""
+  return path.parent / f'{path.name}.partial'
+
+
+def _not_writable(location: str, error: OSError) -> UserError:
+  if isinstance(error, FileExistsError):  # From mkdir: a file in the way.
+    cause = f'{error.filename} is a file, not a folder'
+  else:
+    cause = error.strerror or str(error)
+    if error.filename:
+      cause = f'{cause}: {error.filename}'
+  return UserError(f'cannot write --json={location!r} ({cause}); give a file '
+                   'path that can be written.')
 
 
 def main(argv):
@@ -351,7 +369,12 @@ def main(argv):
       raise UserError(str(e) + _what_helps(config)) from None
     print(table(result), flush=True)
     if JSON.value:
-      _writable(JSON.value).write_text(json.dumps(result, indent=2))
+      path = storage.path(JSON.value)
+      try:
+        _partial(path).write_text(json.dumps(result, indent=2))
+        _partial(path).replace(path)
+      except OSError as e:  # The disk filled while compiling, say.
+        raise _not_writable(JSON.value, e) from None
     train = result['steps'][0]['memory']
     if not train['fits']:
       raise UserError(_too_big(train['total'],
