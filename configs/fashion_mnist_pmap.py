@@ -7,8 +7,8 @@ so no download is needed:
     python -m recipes.train --config=configs/fashion_mnist_pmap.py \
         --workdir=/tmp/fashion_mnist
 
-Expected: see the README's results table (test accuracy after 2 and 10 epochs
-and wall time on a 2-core CPU).
+Expected: see the results table of docs/training.md (test accuracy after 2 and
+10 epochs and wall time on a 2-core CPU).
 """
 
 from recipes.config import defaults

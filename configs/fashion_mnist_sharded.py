@@ -13,9 +13,9 @@ split over all devices (FSDP): `--config.mesh.data=1 --config.mesh.fsdp=-1`.
 The log shows the mesh and each parameter's PartitionSpec and bytes per
 device.
 
-Expected: the accuracy of configs/fashion_mnist_pmap.py (see the README's
-results table), since with the same seed both recipes compute the same
-numbers up to float rounding (tests/integration/test_sharded_equality.py).
+Expected: the accuracy of configs/fashion_mnist_pmap.py (see the results
+table of docs/training.md), since with the same seed both recipes compute the
+same numbers up to float rounding (tests/integration/test_sharded_equality.py).
 """
 
 from configs import fashion_mnist_pmap

@@ -293,9 +293,9 @@ def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
 
 @pytest.mark.slow  # Two commands, each a new process.
 def test_convert_then_fine_tune_is_two_commands(tmp_path):
-  """The README's two commands: convert a Google ViT file, then train from
-  it with the fine-tuning config (here on Fashion-MNIST-shaped files, 28x28
-  images in 4x4 patches, for one step)."""
+  """docs/pretrained.md's two commands: convert a Google ViT file, then
+  train from it with the fine-tuning config (here on Fashion-MNIST-shaped
+  files, 28x28 images in 4x4 patches, for one step)."""
   np.savez(tmp_path / 'vit.npz',
            **google_vit_npz(GoogleViT(patch=4, grid=7), 'vit_jax'))
   write_fashion_mnist(str(tmp_path), num_train=16, num_test=8)
