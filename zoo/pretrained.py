@@ -11,10 +11,13 @@ converted, and kept converted in the cache: CACHE_DIR, or the directory the
 environment variable JAX_MODEL_ZOO_WEIGHTS names, one .safetensors file per
 model and tag. Later uses read that file alone, with no network. A tag asked
 for at another image size (a ViT's position embedding) is converted again
-from the downloaded file.
+from the downloaded file. Each cache file carries the SHA-256 of its arrays
+and record, checked when read: a damaged one is converted again, with a
+warning.
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -231,10 +234,11 @@ def _write_cache(converted: convert.Converted, entry: weights.Weights,
   """Writes the converted variables to `path` at once (a file appears
   whole or not at all). A cache that cannot be written (read-only, full)
   costs a conversion next time, not this use: a warning says so."""
-  record = {'model': converted.name, 'kwargs': converted.kwargs,
-            'source': converted.source, 'url': entry.url,
-            'ignored': converted.ignored}
+  record = json.dumps({'model': converted.name, 'kwargs': converted.kwargs,
+                       'source': converted.source, 'url': entry.url,
+                       'ignored': converted.ignored})
   flat = traverse_util.flatten_dict(converted.variables, sep='/')
+  flat = {k: np.ascontiguousarray(v) for k, v in flat.items()}
   partial = None
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -242,8 +246,8 @@ def _write_cache(converted: convert.Converted, entry: weights.Weights,
                                        suffix='.partial')
     os.close(handle)
     safetensors.numpy.save_file(
-        {k: np.ascontiguousarray(v) for k, v in flat.items()}, partial,
-        metadata={'zoo': json.dumps(record)})
+        flat, partial,
+        metadata={'zoo': record, 'sha256': _digest(record, flat)})
     os.replace(partial, path)
   except (OSError, safetensors.SafetensorError) as e:
     logging.getLogger(__name__).warning(
@@ -256,20 +260,35 @@ def _write_cache(converted: convert.Converted, entry: weights.Weights,
       os.remove(partial)
 
 
+def _digest(record: str, flat: dict[str, np.ndarray]) -> str:
+  """The SHA-256 of a cache file's record and arrays (names, dtypes, shapes
+  and bytes): safetensors checks the file's layout, not its numbers."""
+  digest = hashlib.sha256(record.encode())
+  for key in sorted(flat):
+    value = np.ascontiguousarray(flat[key])
+    digest.update(json.dumps([key, value.dtype.str, value.shape]).encode())
+    digest.update(value.reshape(-1).view(np.uint8))
+  return digest.hexdigest()
+
+
 def _read_cache(path: str) -> convert.Converted | None:
-  """The converted weights cached at `path`; None (and the file removed)
-  where it cannot be read, so that they are converted again."""
+  """The converted weights cached at `path`; None, with a warning, where
+  they cannot be read or are damaged, so that they are converted again
+  (the new file then replaces this one)."""
   try:
     with safetensors.safe_open(path, 'numpy') as f:
-      record = json.loads(f.metadata()['zoo'])
+      metadata = f.metadata() or {}
       flat = {k: f.get_tensor(k) for k in f.keys()}
+    record = metadata.get('zoo', '')
+    if metadata.get('sha256') != _digest(record, flat):
+      raise ValueError('its SHA-256 does not match its contents')
+    record = json.loads(record)
+    return convert.Converted(
+        record['model'], record['kwargs'],
+        traverse_util.unflatten_dict(flat, sep='/'), record['source'],
+        reads={}, writes={}, ignored=record['ignored'], initialized=[])
   except Exception as e:  # pylint: disable=broad-except
     logging.getLogger(__name__).warning(
         'The cached weights %s cannot be read (%s: %s); converting them '
-        'again.', path, type(e).__name__, str(e)[:200])
-    os.remove(path)
+        'again.', path, type(e).__name__, ' '.join(str(e).split())[:200])
     return None
-  return convert.Converted(
-      record['model'], record['kwargs'],
-      traverse_util.unflatten_dict(flat, sep='/'), record['source'],
-      reads={}, writes={}, ignored=record['ignored'], initialized=[])
