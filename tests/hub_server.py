@@ -3,7 +3,7 @@ downloads, for HF_ENDPOINT in tests: HEAD and GET of
 /{owner}/{name}/resolve/{revision}/{file}, with the headers
 huggingface_hub reads (X-Repo-Commit, the ETag that is the file's SHA-256,
 Content-Length). It serves the files it is given, counts the requests, and
-can serve damaged bytes a number of times."""
+can serve damaged bytes a number of times or cut every download short."""
 
 import hashlib
 import http.server
@@ -17,6 +17,9 @@ class HubServer:
     self.files = dict(files)
     self.requests: list[str] = []
     self.damaged = 0  # Serve this many GETs with a flipped byte.
+    # Close every GET's connection after this many bytes of the file (a
+    # network that always drops): None, the whole file.
+    self.cut_after: int | None = None
     server = self
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -44,7 +47,10 @@ class HubServer:
         self.send_header('ETag', f'"{digest}"')
         self.send_header('Content-Length', str(len(data)))
         self.end_headers()
-        if body:
+        if body and server.cut_after is not None:
+          self.wfile.write(data[:server.cut_after])
+          self.close_connection = True
+        elif body:
           self.wfile.write(data)
 
       def do_HEAD(self):  # pylint: disable=invalid-name

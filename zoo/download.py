@@ -7,15 +7,29 @@ large file by its SHA-256, which is checked. gs://BUCKET/FILE comes through
 etils.epath into `directory`, its size checked against the bucket's. A file
 that fails its check is downloaded once more; failing again, or without a
 network, is one DownloadError that says what to download by hand.
+
+Every Hub download ends: huggingface_hub retries a dropped connection itself
+and starts counting again whenever bytes arrived, so a connection cut every
+time was retried forever. Here one download makes at most ATTEMPTS requests
+and starts none after SECONDS; then it is one DownloadError (a partial file
+stays in Hugging Face's cache, and the next try resumes it). Bucket reads end
+by gcsfs's own count (6 tries a request).
 """
 
+import contextvars
 import hashlib
 import os
 import re
+import time
 
 from etils import epath
 
 _SHA256 = re.compile(r'^[0-9a-f]{64}$')
+
+# The bounds of one Hub download (its metadata, the file, their retries):
+# a healthy one makes 2 to 4 requests.
+ATTEMPTS = 10
+SECONDS = 60.0
 
 
 class DownloadError(ValueError):
@@ -79,13 +93,15 @@ def fetch(url: str, directory: str, expected_sha256: str | None = None,
   for again in (False, True):
     try:
       path, published_sha256, published_size = get(url, directory, again)
+    except _GaveUp as e:
+      raise DownloadError(f'cannot download {url}: {e}. {_by_hand(url)}') \
+          from None
     except Exception as e:  # pylint: disable=broad-except
       # huggingface_hub's and gcsfs's errors: offline, not found, refused.
       reason = ' '.join(str(e).split())[:200] or type(e).__name__
       raise DownloadError(
-          f'cannot download {url} ({type(e).__name__}: {reason}). Without '
-          f'a network, download {web_address(url)} elsewhere and load the '
-          'file with zoo.load_pretrained(NAME, PATH).') from None
+          f'cannot download {url} ({type(e).__name__}: {reason}). '
+          f'{_by_hand(url)}') from None
     problem = _problem(path, [expected_sha256, published_sha256],
                        [expected_size, published_size])
     if problem is None:
@@ -95,6 +111,19 @@ def fetch(url: str, directory: str, expected_sha256: str | None = None,
                       f'times ({problem}); download {web_address(url)} by '
                       'hand and load it with zoo.load_pretrained(NAME, '
                       'PATH).')
+
+
+def _by_hand(url: str) -> str:
+  """How to fetch `url` by hand, and where the next use finds it."""
+  address = web_address(url)
+  if url.startswith('hf://'):
+    repo, file = _split_hub(url)
+    return (f'Fetch it with `hf download {repo} {file}` (again to resume; '
+            "it goes to Hugging Face's cache, where the next use finds it), "
+            f'or download {address} elsewhere and load the file with '
+            'zoo.load_pretrained(NAME, PATH).')
+  return (f'Download {address} elsewhere (e.g. `curl -LO {address}`) and '
+          'load the file with zoo.load_pretrained(NAME, PATH).')
 
 
 def _problem(path: str, digests, sizes) -> str | None:
@@ -117,16 +146,55 @@ def _from_hub(url: str, directory: str, again: bool):
   size huggingface_hub checks)."""
   del directory  # Hugging Face's cache.
   import huggingface_hub  # pylint: disable=import-outside-toplevel
+  from huggingface_hub import utils  # pylint: disable=import-outside-toplevel
   repo, file = _split_hub(url)
-  # The endpoint and cache read now, not when huggingface_hub was imported.
-  path = huggingface_hub.hf_hub_download(
-      repo, file, force_download=again,
-      endpoint=os.environ.get('HF_ENDPOINT'),
-      cache_dir=os.environ.get('HF_HUB_CACHE'))
+  hooks = utils.get_session().event_hooks['request']
+  if _count_request not in hooks:  # Once per (re)created session.
+    hooks.append(_count_request)
+  bound = _BOUND.set(_Bound())
+  try:
+    # The endpoint and cache read now, not when huggingface_hub was imported.
+    path = huggingface_hub.hf_hub_download(
+        repo, file, force_download=again,
+        endpoint=os.environ.get('HF_ENDPOINT'),
+        cache_dir=os.environ.get('HF_HUB_CACHE'))
+  finally:
+    _BOUND.reset(bound)
   # In the cache a file is a link to its blob, named by the Hub's ETag:
   # the SHA-256 for large (LFS) files.
   blob = os.path.basename(os.path.realpath(path))
   return path, blob if _SHA256.match(blob) else None, None
+
+
+class _GaveUp(Exception):
+  """A download that reached its bounds (not one huggingface_hub retries)."""
+
+
+class _Bound:
+  """The requests one download has made, and since when."""
+
+  def __init__(self):
+    self.start = time.monotonic()
+    self.requests = 0
+
+
+# The bound of the download under way in this thread; None: no bound (a
+# request of huggingface_hub's made for someone else).
+_BOUND: contextvars.ContextVar[_Bound | None] = contextvars.ContextVar(
+    'zoo_download_bound', default=None)
+
+
+def _count_request(request):
+  """huggingface_hub's request hook: refuses a request past the bounds."""
+  del request
+  bound = _BOUND.get()
+  if bound is None:
+    return
+  seconds = time.monotonic() - bound.start
+  if bound.requests >= ATTEMPTS or seconds > SECONDS:
+    raise _GaveUp(f'the connection failed again and again ({bound.requests} '
+                  f'requests in {seconds:.0f} s)')
+  bound.requests += 1
 
 
 def _from_bucket(url: str, directory: str, again: bool):

@@ -5,7 +5,9 @@ afterwards never touches the network. The same from a bucket is in
 tests/integration/test_gcs.py."""
 
 import os
+import threading
 
+import huggingface_hub
 import jax
 import numpy as np
 import pytest
@@ -101,16 +103,104 @@ def test_no_network_is_one_line_saying_what_to_download(hub):
   assert 'zoo.load_pretrained(NAME, PATH)' in message
 
 
-def test_a_damaged_cache_is_converted_again(hub, caplog):
-  zoo.create('resnet18', pretrained='tv_in1k')
+def _truncate(path):
+  with open(path, 'r+b') as f:
+    f.truncate(100)
+
+
+def _flip_a_byte_of_an_array(path):
+  with open(path, 'r+b') as f:
+    data = f.read()
+    arrays = 8 + int.from_bytes(data[:8], 'little')  # After the header.
+    f.seek((arrays + len(data)) // 2)
+    f.write(bytes([data[(arrays + len(data)) // 2] ^ 1]))
+
+
+def _replace_the_record(path):  # Well-formed JSON, not what was written.
+  arrays = safetensors.numpy.load_file(path)
+  safetensors.numpy.save_file(arrays, path, metadata={'zoo': '{"a": 1}'})
+
+
+def _garble_the_header(path):
+  with open(path, 'r+b') as f:
+    f.seek(8)
+    f.write(bytes(range(128, 256)))
+
+
+@pytest.mark.parametrize('damage', [_truncate, _flip_a_byte_of_an_array,
+                                    _replace_the_record, _garble_the_header])
+def test_a_damaged_cache_is_converted_again(hub, caplog, damage):
+  pretrained.published('resnet18', 'tv_in1k')
   cached = os.path.join(pretrained.cache_dir(),
                         'resnet18.tv_in1k.safetensors')
-  with open(cached, 'r+b') as f:
-    f.truncate(100)
+  damage(cached)
   with caplog.at_level('WARNING'):
-    model = zoo.create('resnet18', pretrained='tv_in1k')
-  assert 'cannot be read' in caplog.text
-  _assert_the_files_weights(model, hub.state)
+    converted = pretrained.published('resnet18', 'tv_in1k')
+  assert f'The cached weights {cached} cannot be read' in caplog.text
+  jax.tree.map(np.testing.assert_array_equal, converted.variables,
+               convert.convert(hub.state, 'torchvision').variables)
+  assert len(_downloads(hub)) == 1  # From the file downloaded before.
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    assert pretrained._read_cache(cached) is not None  # Written anew.
+  assert caplog.text == ''
+
+
+def _create_within(seconds: float):
+  """What zoo.create('resnet18', pretrained='tv_in1k') returned or raised;
+  fails when it runs longer than `seconds` (it ends when the server stops)."""
+  outcome = {}
+
+  def create():
+    try:
+      outcome['model'] = zoo.create('resnet18', pretrained='tv_in1k')
+    except Exception as e:  # pylint: disable=broad-except
+      outcome['error'] = e
+
+  thread = threading.Thread(target=create, daemon=True)
+  thread.start()
+  thread.join(seconds)
+  assert not thread.is_alive(), f'still downloading after {seconds} s'
+  return outcome
+
+
+# Past huggingface_hub's 10 MiB chunk: bytes arrived, so it counts its
+# retries from the start again.
+CUT_AFTER = 11 << 20
+
+
+def test_a_connection_cut_every_time_ends_in_one_line_saying_what_to_do(
+    hub, monkeypatch):
+  monkeypatch.setattr(download, 'ATTEMPTS', 4)
+  hub.cut_after = CUT_AFTER
+  error = _create_within(60).get('error')
+  assert isinstance(error, download.DownloadError), error
+  message = str(error)
+  assert '\n' not in message
+  assert message.startswith('cannot download hf://timm/resnet18.tv_in1k/'
+                            'model.safetensors: the connection failed again '
+                            'and again (4 requests in ')
+  assert '`hf download timm/resnet18.tv_in1k model.safetensors`' in message
+  assert 'zoo.load_pretrained(NAME, PATH)' in message
+  assert len(_downloads(hub)) == 3  # And one HEAD.
+  # As told: fetched by hand into Hugging Face's cache (what `hf download`
+  # does), the next use finds it there, without a network.
+  hub.cut_after = None
+  huggingface_hub.hf_hub_download(
+      'timm/resnet18.tv_in1k', 'model.safetensors',
+      endpoint=os.environ['HF_ENDPOINT'],
+      cache_dir=os.environ['HF_HUB_CACHE'])
+  hub.stop()
+  _assert_the_files_weights(_create_within(60)['model'], hub.state)
+
+
+def test_a_download_starts_no_request_after_its_time(hub, monkeypatch):
+  monkeypatch.setattr(download, 'SECONDS', 1)
+  hub.cut_after = CUT_AFTER
+  error = _create_within(60).get('error')
+  assert isinstance(error, download.DownloadError), error
+  assert 'the connection failed again and again' in str(error)
+  assert len(_downloads(hub)) <= 2
 
 
 def test_unknown_tags_and_models_without_weights_are_one_line():
