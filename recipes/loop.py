@@ -180,11 +180,13 @@ def _profiler(config, workdir, start_step: int, num_steps: int):
       first_profile=first, every_steps=None, every_secs=None)
 
 
-def _start(config, workdir, exp, mngr):
+def _start(config, workdir, exp, mngr, watchdog):
   """The state to train from, its step, and the summary writer."""
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
-  state, start_step = resume.restore_latest(mngr, exp.strategy,
-                                            exp.create_state())
+  watchdog.beat('creating the initial state')
+  state = exp.create_state()
+  watchdog.beat('restoring the latest checkpoint')
+  state, start_step = resume.restore_latest(mngr, exp.strategy, state)
   if start_step > exp.num_steps:
     raise UserError(
         f'the checkpoint in {mngr.directory} is of step {start_step}, past '
@@ -249,7 +251,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   exp = experiment.build(config)
   # The watchdog also sees the restore and the wait for the last save.
   with Watchdog(config.stall_timeout_seconds) as watchdog:
-    watchdog.beat('restoring the latest checkpoint')
+    watchdog.beat('opening the checkpoints')
     with checkpoint.opened(workdir, config.keep_checkpoints or None) as mngr:
       summary = _train(config, workdir, exp, mngr, watchdog)
       watchdog.beat('writing the last checkpoint')
@@ -261,7 +263,7 @@ def _train(config, workdir, exp, mngr, watchdog):
   `mngr` (always resumed from; saved unless checkpoint_every_steps is -1).
   The summary writer is closed however the loop ends, so that what it was
   given reaches its files (a W&B run keeps everything until then)."""
-  state, start_step, writer = _start(config, workdir, exp, mngr)
+  state, start_step, writer = _start(config, workdir, exp, mngr, watchdog)
   try:
     summary = _loop(config, workdir, exp, mngr, watchdog, state, start_step,
                     writer)
@@ -325,7 +327,7 @@ def _loop(config, workdir, exp, mngr, watchdog, state, start_step, writer):
         stopped(start_step, 'its evaluation is still to be done')
         return None
       _evaluation_done(workdir)
-    watchdog.beat(f'training step {start_step + 1} (with its compilation)')
+    watchdog.beat(f'training step {start_step + 1} of {num_steps}')
     for step, state, metrics in train_steps(strategy, state, batches,
                                             start_step + 1, num_steps):
       watchdog.beat(f'training step {step} of {num_steps}')

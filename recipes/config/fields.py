@@ -59,9 +59,9 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'dropout.'),
         Field('stall_timeout_seconds', 300.0, number(0),
               'When no train step, eval batch or checkpoint save completes '
-              'for this long (the first compilation included), every process '
-              'writes its threads\' stacks and the run stops saying where it '
-              'stalled; 0 = never.'),
+              'for this long (time spent compiling not counted, up to an '
+              'hour per compilation), every process writes its threads\' '
+              'stacks and the run stops saying where it stalled; 0 = never.'),
         Field('compilation_cache_dir', compilation_cache.DEFAULT_DIR,
               text(),
               'Compiled steps are kept here (local or gs://) and reused by '
