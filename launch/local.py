@@ -13,9 +13,15 @@ launcher exits with that process's status; it exits 0 when all succeed.
 Ctrl-C or SIGTERM to the launcher is passed on to every process as SIGTERM,
 which the recipe turns into a checkpoint and a clean stop; they get
 `--grace_seconds` for it before they are killed.
+
+If the launcher itself is killed (SIGKILL, the OOM killer), on Linux every
+process is killed with it (see `_killed_with_launcher`), so that no process
+trains on unseen. The command should be the process that trains, or `exec`
+it: a process it starts in turn is not killed.
 """
 
 import argparse
+import ctypes
 import os
 import re
 import signal
@@ -60,6 +66,29 @@ def _stop(processes, grace_seconds: float = 5.0):
       p.wait()
 
 
+def _killed_with_launcher():
+  """A function for Popen's preexec_fn: the child gets SIGKILL when the
+  launcher dies (Linux's parent-death signal; None elsewhere).
+
+  SIGKILL, not SIGTERM: nobody is left to kill a process that does not stop
+  on SIGTERM (one waiting in a collective, or compiling for minutes before
+  the next step boundary), and killing loses nothing saved: checkpoints are
+  committed whole and checksummed, and the same command resumes from the
+  last one, as after `kill -9` of a single process.
+  """
+  if not sys.platform.startswith('linux'):
+    return None
+  prctl = ctypes.CDLL(None, use_errno=True).prctl
+  launcher = os.getpid()
+
+  def in_child():
+    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != launcher:  # The launcher died before this line.
+      os.kill(os.getpid(), signal.SIGKILL)
+
+  return in_child
+
+
 def _interrupt(signum, frame):
   del signum, frame
   raise KeyboardInterrupt
@@ -79,6 +108,9 @@ def launch(command: list[str], num_processes: int,
   address = f'127.0.0.1:{_free_port()}'
   lock = threading.Lock()
   processes, threads = [], []
+  # The parent-death signal is tied to the thread that starts the child:
+  # here the main thread, which lives as long as the launcher.
+  preexec_fn = _killed_with_launcher()
   for index in range(num_processes):
     env = {**os.environ, 'JAX_COORDINATOR_ADDRESS': address,
            'JAX_NUM_PROCESSES': str(num_processes),
@@ -86,9 +118,12 @@ def launch(command: list[str], num_processes: int,
            'JAX_NUM_CPU_DEVICES': str(devices_per_process),
            'PYTHONUNBUFFERED': '1'}
     # A process group per child, so stopping it also stops its children.
-    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, start_new_session=True)
-    processes.append(p)
+    processes.append(subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, preexec_fn=preexec_fn))
+  # The output threads start after the last fork: preexec_fn is safe only
+  # while no other thread runs.
+  for index, p in enumerate(processes):
     thread = threading.Thread(target=_forward, args=(index, p.stdout, lock),
                               daemon=True)
     thread.start()

@@ -1,8 +1,10 @@
 """Real multi-process runs on localhost (launch/pod.sh: test_pod.py)."""
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -90,3 +92,51 @@ def test_a_process_that_ends_alone_stops_the_launch_within_seconds():
       '[launcher] process 1 exited with status 0, but processes 0, 2 still '
       'run 10 s later; stopping them.')
 
+
+
+def _gone(pid: int) -> bool:
+  """Ended: no such process, or a zombie nobody has reaped yet."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] == 'Z'
+  except FileNotFoundError:
+    return True
+
+
+@pytest.mark.slow
+def test_killing_the_launcher_kills_every_process(tmp_path):
+  """SIGKILL to local.sh (the OOM killer, `kill -9`): its processes end with
+  it rather than train on unseen. (A killed run resumes: test_preemption.py.)"""
+  write_fashion_mnist(str(tmp_path), num_train=256, num_test=16)
+  launcher = subprocess.Popen([
+      LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=1', '--',
+      sys.executable, '-m', 'recipes.train',
+      '--config=configs/fashion_mnist_pmap.py',
+      f'--workdir={tmp_path / "work"}', f'--config.data_dir={tmp_path}',
+      '--config.batch_size=16', '--config.num_train_steps=100000',
+      '--config.log_every_steps=5'], cwd=ROOT, env=command_env(),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  workers, output = [], []
+  hung = threading.Timer(240, launcher.kill)  # Ends the wait for steps.
+  hung.start()
+  try:
+    for line in launcher.stdout:
+      output.append(line)
+      if 'train/loss=' in line:  # Steps are running.
+        break
+    hung.cancel()
+    with open(f'/proc/{launcher.pid}/task/{launcher.pid}/children') as f:
+      workers = [int(pid) for pid in f.read().split()]
+    launcher.kill()
+    launcher.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while not all(map(_gone, workers)) and time.monotonic() < deadline:
+      time.sleep(0.1)
+    alive = [pid for pid in workers if not _gone(pid)]
+  finally:
+    for pid in workers:
+      if not _gone(pid):
+        os.kill(pid, signal.SIGKILL)
+    launcher.stdout.close()
+  assert len(workers) == 2, ''.join(output)[-3000:]
+  assert not alive, f'processes {alive} outlived their launcher'
