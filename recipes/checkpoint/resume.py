@@ -128,13 +128,46 @@ def step_directory(name: str) -> epath.Path:
     return path
   for directory in (path / 'checkpoints', path):
     if directory.is_dir():
-      steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
+      steps = _steps(directory)
       if steps:
         return directory / str(max(steps))
   raise UserError(f'no checkpoint found at --config.init_from={name!r}; give '
                   'a run\'s workdir, its checkpoints directory, one step '
                   'directory in it, or a directory that python -m '
                   'recipes.convert wrote.')
+
+
+def _steps(directory: epath.Path) -> list[int]:
+  """The steps of the checkpoints in `directory` (a checkpoints folder)."""
+  return [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
+
+
+def _check_intact(directory: epath.Path, name: str | epath.Path):
+  """Checks the files of the checkpoint `directory` against their checksums
+  as a resume does (`store.damage`), before anything is read from it.
+
+  Args:
+    directory: one step's directory (see `step_directory`).
+    name: what the user gave, which `directory` was found from.
+
+  Raises:
+    UserError: the checkpoint is damaged; the message names the newest
+      intact checkpoint before it, if there is one, to give instead.
+  """
+  problem = store.damage(directory)
+  if problem is None:
+    return
+  which = (f'the checkpoint {directory}' if storage.path(name) == directory
+           else f'the latest checkpoint of {name}, {directory},')
+  before = sorted((s for s in _steps(directory.parent)
+                   if not directory.name.isdigit() or s < int(directory.name)),
+                  reverse=True)
+  intact = next((directory.parent / str(s) for s in before
+                 if store.damage(directory.parent / str(s)) is None), None)
+  advice = (f'give an earlier one instead: {intact} is intact.' if intact
+            else 'there is no intact one before it.')
+  raise UserError(f'{which} is damaged ({problem}); nothing was read from '
+                  f'it: {advice}')
 
 
 def saved_shapes(directory: epath.Path,
@@ -159,6 +192,7 @@ def saved_shapes(directory: epath.Path,
             for collection in collections if tree.get(collection)
             for name, shape in store.array_shapes(tree[collection]).items()}
   except Exception as e:  # pylint: disable=broad-except
+    _check_intact(directory, directory)  # Damage, if that is why.
     raise UserError(f'cannot read the checkpoint {directory} '
                     f'({type(e).__name__}: {str(e)[:200]}).') from e
 
@@ -185,10 +219,12 @@ def load_params(path: str, target: dict) -> tuple[dict, list[str]]:
     the ones not found there with the same shape.
 
   Raises:
-    UserError: no checkpoint at `path`, its metadata cannot be read, or no
-      parameter there has the same name and shape.
+    UserError: no checkpoint at `path`, it is damaged (see `_check_intact`),
+      its metadata cannot be read, or no parameter there has the same name
+      and shape.
   """
   directory = step_directory(path)
+  _check_intact(directory, path)
   saved = saved_shapes(directory, tuple(target))
   wanted = traverse_util.flatten_dict(
       {k: v for k, v in target.items() if v}, sep='/')

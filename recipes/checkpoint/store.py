@@ -264,14 +264,16 @@ def _set_aside(mngr: ocp.CheckpointManager, step: int):
   mngr.reload()
 
 
-def _damage(mngr: ocp.CheckpointManager, step: int) -> str | None:
-  """What is wrong with checkpoint `step`'s files, as process 0 finds it.
+def damage(directory: epath.Path) -> str | None:
+  """What is wrong with the files of the checkpoint in `directory` (one
+  step's, e.g. checkpoints/900), as process 0 finds it, or None.
 
-  (One process reads them all; every process gets its answer.)
+  Every process calls it: one process reads the files, every process gets
+  its answer.
   """
   found = None
   if jax.process_index() == 0:
-    found = checksums.problem(mngr.directory / str(step) / 'default')
+    found = checksums.problem(directory / 'default')
   damaged = multihost_utils.broadcast_one_to_all(found is not None)
   return (found or 'found damaged by process 0') if damaged else None
 
@@ -338,7 +340,7 @@ def restore_latest(mngr: ocp.CheckpointManager, target: TrainState):
   damaged = []
   for step in sorted(mngr.all_steps(), reverse=True):
     where = mngr.directory / str(step)
-    problem = _damage(mngr, step)
+    problem = damage(where)
     if problem is None:
       try:
         saved = array_shapes(mngr.item_metadata(step))

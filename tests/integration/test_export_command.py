@@ -4,6 +4,7 @@ timm or torchvision themselves in tests/unit/zoo/convert/ (loading the file
 with strict=True and comparing logits); here the command: the sources it
 reads, the file it writes, and its mistakes."""
 
+import json
 import os
 
 import numpy as np
@@ -14,11 +15,12 @@ from flax import traverse_util
 from recipes import convert as convert_command
 from recipes import export as command
 from recipes import loop
-from recipes.checkpoint import resume
+from recipes.checkpoint import resume, store
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
 from tests.helpers import tiny_config, write_png_folder
 from zoo import convert
+from zoo.convert.transfer import target_shapes
 
 
 def _export(capsys, *argv):
@@ -125,3 +127,42 @@ def test_mistakes_are_one_line_and_overwrite_nothing(converted, tmp_path,
         argv, err)
   assert existing.read_bytes() == b'keep me'
   assert not any(name.endswith('.partial') for name in os.listdir(tmp_path))
+
+
+
+def test_a_damaged_checkpoint_is_one_line_naming_the_one_before(tmp_path,
+                                                                capsys):
+  # A workdir of a ViT-Ti/16 (on 32x32 images: 5.5 M parameters) with
+  # checkpoints 2 and 4, as a run saves them (with checksums); one byte of
+  # 4's array data flipped.
+  workdir = tmp_path / 'work'
+  kwargs = {'image_size': 32, 'gelu': 'exact'}  # timm's GELU.
+  rng = np.random.default_rng(0)
+  variables = traverse_util.unflatten_dict(
+      {name: rng.standard_normal(shape, np.float32) for name, shape in
+       target_shapes('vit_ti16', {**kwargs, 'num_classes': 3}).items()},
+      sep='/')
+  with store.opened(workdir) as mngr:
+    for step in (2, 4):
+      store.save(mngr, step, variables)
+  (workdir / 'config.json').write_text(json.dumps(
+      {'model': 'vit_ti16', 'model_kwargs': kwargs}))
+  latest, before = workdir / 'checkpoints' / '4', workdir / 'checkpoints' / '2'
+  damaged = max((p for p in latest.rglob('*') if p.is_file()),
+                key=lambda p: p.stat().st_size)  # The arrays' data.
+  data = bytearray(damaged.read_bytes())
+  data[len(data) // 2] ^= 0xFF
+  damaged.write_bytes(bytes(data))
+  files = sorted(str(p) for p in workdir.rglob('*'))
+  says = (f' is damaged ({damaged} does not match its checksum); nothing was '
+          f'read from it: give an earlier one instead: {before} is intact.\n')
+  dst = tmp_path / 'vit.safetensors'
+  for src, which in ((workdir, f'the latest checkpoint of {workdir}, '
+                                f'{latest},'),
+                     (latest, f'the checkpoint {latest}')):
+    code, out, err = _export(capsys, '--to=timm', str(src), str(dst))
+    assert (code, out, err) == (1, '', f'error: {which}{says}')
+  assert not dst.exists()
+  assert sorted(str(p) for p in workdir.rglob('*')) == files  # Only read.
+  code, _, err = _export(capsys, '--to=timm', str(before), str(dst))
+  assert code == 0, err  # The one named instead.
