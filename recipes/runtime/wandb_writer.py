@@ -18,6 +18,7 @@ logs steps again, as TensorBoard shows them again.
 
 import importlib.util
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,9 @@ RUN_ID_FILE = 'wandb_run_id'
 STEP = 'step'
 MAX_TAG_LENGTH = 64  # W&B's limit.
 _INSTALL = "pip install -e '.[wandb]' (or pip install wandb)"
+# An id as WORKDIR/wandb_run_id holds it: printable ASCII but for spaces and
+# the characters W&B reserves; its own ids are 8 lowercase letters and digits.
+_RUN_ID = re.compile(r"(?:(?![:;,#?/'\\])[!-~]){1,128}")
 
 
 def usable(project) -> bool:
@@ -63,13 +67,39 @@ TAGS_ALLOWED = (f'comma-separated tags of at most {MAX_TAG_LENGTH} characters '
 
 
 def _run_id(workdir: epath.Path) -> str:
-  """The id of the workdir's W&B run, made and kept there the first time."""
+  """The id of the workdir's W&B run, made and kept there the first time.
+
+  Raises:
+    UserError: the file cannot be read or does not hold a run id. A new id
+      would split the run's charts between two W&B runs for good, so the
+      user decides: write the id back, or delete the file.
+  """
   path = workdir / RUN_ID_FILE
   if path.exists():
-    return path.read_text().strip()
+    try:
+      text = path.read_bytes().decode('ascii').strip()
+    except UnicodeDecodeError:
+      raise _damaged(path, 'not text') from None
+    except OSError as e:
+      raise _damaged(path, f'it cannot be read: {errors.describe(e)}') from e
+    if _RUN_ID.fullmatch(text):
+      return text
+    if text:
+      raise _damaged(path, f'{errors.shorten(repr(text), 80)} is not a W&B '
+                     'run id')
+    # Empty: a start was stopped while writing it, before W&B saw the id.
+    logging.warning('%s is empty; a new W&B run is started.', path)
   run_id = uuid.uuid4().hex[:8]  # As W&B's own: 8 lowercase letters/digits.
   path.write_text(run_id)
   return run_id
+
+
+def _damaged(path: epath.Path, reason: str) -> UserError:
+  return UserError(
+      f'{path} is damaged ({reason}); it holds the id of the workdir\'s W&B '
+      'run: write that id into it (the end of the run\'s URL, or of its '
+      'folder\'s name under wandb/) to go on logging to that run, or delete '
+      'it to log to a new W&B run.')
 
 
 def create(config, workdir: str | os.PathLike) -> 'WandbWriter':

@@ -204,3 +204,39 @@ def test_tags_come_comma_separated_from_the_command_line():
       "config field wandb_tags is 'ok,x{65}'; it must be comma-separated "
       'tags of at most 64 characters each.')):
     validation.check(config)
+
+
+@pytest.mark.parametrize('content, reason', [
+    (b'\x89PNG\r\n\x1a\n\xff\xfe\x00', 'not text'),
+    (b'{"run": 1}\n', '\'{"run": 1}\' is not a W&B run id'),
+], ids=['binary', 'garbled'])
+def test_a_damaged_run_id_file_is_one_line_and_kept(wandb_env, tmp_path,
+                                                    content, reason):
+  path = tmp_path / wandb_writer.RUN_ID_FILE
+  path.write_bytes(content)
+  with pytest.raises(UserError) as error:
+    wandb_writer.create(_config('', 2), str(tmp_path))
+  assert str(error.value) == (
+      f"{path} is damaged ({reason}); it holds the id of the workdir's W&B "
+      "run: write that id into it (the end of the run's URL, or of its "
+      "folder's name under wandb/) to go on logging to that run, or delete "
+      'it to log to a new W&B run.')
+  assert path.read_bytes() == content
+
+
+def test_an_empty_run_id_file_gets_a_new_id(wandb_env, tmp_path, caplog):
+  # Left by a start stopped while writing it: W&B never had that id.
+  import wandb  # pylint: disable=import-outside-toplevel
+  started = []
+
+  def init(id, **kwargs):  # pylint: disable=redefined-builtin
+    started.append(id)
+    raise wandb.Error('stopped here')
+
+  wandb_env.setattr(wandb, 'init', init)
+  path = tmp_path / wandb_writer.RUN_ID_FILE
+  path.write_text('')
+  with pytest.raises(UserError, match='W&B could not start run'):
+    wandb_writer.create(_config('', 2), str(tmp_path))
+  assert len(started[0]) == 8 and path.read_text() == started[0]
+  assert f'{path} is empty; a new W&B run is started.' in caplog.text
