@@ -15,8 +15,11 @@ A long prepare may be stopped (Ctrl-C, a lost machine): run the same command
 again and it continues from the first unfinished shard, giving the same
 files, byte for byte, as a run never stopped. Each shard is written under a
 temporary name and renamed when complete; DST/prepare-progress.jsonl records
-the finished ones; manifest.json is written last. Mistakes end with one line
-and exit status 1 (2 for a usage error).
+the finished ones; manifest.json is written last. A second prepare started
+on the same DST meanwhile stops at once, naming the first: the running one
+holds DST/prepare.lease, as a training run holds its workdir's
+(recipes/runtime/lease.py), and a killed one's is taken over. Mistakes end
+with one line and exit status 1 (2 for a usage error).
 """
 
 import argparse
@@ -33,10 +36,12 @@ import numpy as np
 
 from recipes.data import array_records, idx
 from recipes.data.examples import EncodedSource, Examples
-from recipes.runtime import library_noise, storage
+from recipes.runtime import lease, library_noise, storage
 from recipes.runtime.errors import UserError, describe, shorten
 
 PROGRESS = 'prepare-progress.jsonl'
+# Held while a prepare writes DST: a second one on the same DST stops.
+LEASE = lease.Holder('prepare.lease', 'prepare', 'DST', 'give another DST')
 PARTIAL = '.partial'  # A shard being written: `NAME.array_record.partial`.
 DEFAULT_EXAMPLES_PER_SHARD = 1000
 PROGRESS_SECONDS = 5.0  # The most often a progress line is written.
@@ -196,32 +201,33 @@ def write(source: EncodedSource, dst: str, examples_per_shard: int = (
   except OSError as e:
     raise UserError(f'cannot create DST {dst} ({e.strerror or e}); choose a '
                     'writable directory.') from None
-  plan = _plan(settings)
-  finished, complete = _claim(root, settings)
-  for name in [s.file for s in plan] + [array_records.MANIFEST]:
-    _remove(root / (name + PARTIAL))  # Left by a stopped run.
+  with lease.held_here(root, LEASE):  # One prepare at a time in DST.
+    plan = _plan(settings)
+    finished, complete = _claim(root, settings)
+    for name in [s.file for s in plan] + [array_records.MANIFEST]:
+      _remove(root / (name + PARTIAL))  # Left by a stopped run.
 
-  todo = [s for s in plan if not _intact(root, s, finished.get(s.file))]
-  progress = _Progress(sum(s.stop - s.start for s in todo))
-  for shard in todo:
-    record = _write_shard(root, shard, source, progress)
-    before = finished.get(shard.file)
-    if complete and before and before['sha256'] != record['sha256']:
-      _remove(root / shard.file)
-      raise UserError(
-          f'{settings["source"]} now gives other examples for {shard.file} '
-          f'than when {dst} was prepared (the source changed); prepare it '
-          'into a new directory.')
-    finished[shard.file] = record
+    todo = [s for s in plan if not _intact(root, s, finished.get(s.file))]
+    progress = _Progress(sum(s.stop - s.start for s in todo))
+    for shard in todo:
+      record = _write_shard(root, shard, source, progress)
+      before = finished.get(shard.file)
+      if complete and before and before['sha256'] != record['sha256']:
+        _remove(root / shard.file)
+        raise UserError(
+            f'{settings["source"]} now gives other examples for {shard.file} '
+            f'than when {dst} was prepared (the source changed); prepare it '
+            'into a new directory.')
+      finished[shard.file] = record
+      if not complete:
+        _append(root / PROGRESS, record)
+    manifest = _manifest(settings, plan, finished)
     if not complete:
-      _append(root / PROGRESS, record)
-  manifest = _manifest(settings, plan, finished)
-  if not complete:
-    _write_json(root / array_records.MANIFEST, manifest)
-    _remove(root / PROGRESS)
-  _fsync_dir(root)
-  return Written(manifest, len(todo), progress.done,
-                 time.monotonic() - progress.started)
+      _write_json(root / array_records.MANIFEST, manifest)
+      _remove(root / PROGRESS)
+    _fsync_dir(root)
+    return Written(manifest, len(todo), progress.done,
+                   time.monotonic() - progress.started)
 
 
 def _check_settings(examples_per_shard: int, splits: Sequence[str]):
@@ -367,8 +373,9 @@ def _claim(root, settings: dict[str, Any]
       except (ValueError, KeyError, TypeError):
         pass  # A line cut short by a stop: that shard is written again.
     return finished, False
+  # Not the lease, nor the progress file of a stop while claiming.
   others = sorted(p.name for p in root.iterdir()
-                  if p.name != PROGRESS + PARTIAL)  # A stop while claiming.
+                  if p.name not in (LEASE.file_name, PROGRESS + PARTIAL))
   if others:
     raise UserError(
         f'DST {root} holds other files ({_few(others)}), not a prepare; give '

@@ -11,6 +11,10 @@ naming the other run, before it writes anything; a lease older than that is
 left by a run that was killed and is taken over, as is one of a process on
 this host that no longer exists, so a restart after a kill is never stuck.
 
+Other commands that write a directory in steps hold its lease alike, under
+another file name (`Holder`): `python -m recipes.data.prepare` holds
+DST/prepare.lease (`held_here`, one process).
+
 The file goes through recipes.runtime.storage, so this works on local disks
 and in buckets alike. Two runs starting within the same second could both
 find no lease: each writes its own, waits VERIFY_SECONDS and reads it back,
@@ -18,6 +22,7 @@ and the one whose lease was replaced stops.
 """
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -33,7 +38,20 @@ from jax.experimental import multihost_utils
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
-FILE_NAME = 'run.lease'
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+  """What holds a directory's lease: its file there, and the words of the
+  line that stops a second one."""
+
+  file_name: str  # In the directory.
+  who: str  # 'run': 'another run holds ...'.
+  what: str  # The directory as the user knows it: 'the workdir'.
+  elsewhere: str  # The other way out: 'use another --workdir'.
+
+
+TRAINING = Holder('run.lease', 'run', 'the workdir', 'use another --workdir')
+FILE_NAME = TRAINING.file_name
 RENEW_SECONDS = 30.0
 STALE_SECONDS = 120.0
 VERIFY_SECONDS = 1.0
@@ -79,25 +97,27 @@ def held_by_another(lease: dict | None, now: float) -> bool:
   return age < STALE_SECONDS and not _pid_is_gone(lease)
 
 
-def _describe(lease: dict, path, now: float) -> str:
+def _describe(lease: dict, path, now: float, holder: Holder) -> str:
   started = datetime.datetime.fromtimestamp(float(lease.get('started', 0)))
-  return (f'another run holds the workdir: process {lease.get("pid")} on '
-          f'host {lease.get("host")}, started {started:%Y-%m-%d %H:%M:%S}, '
-          f'alive {now - float(lease.get("renewed", 0)):.0f} s ago ({path}). '
-          'Wait for it to end or stop it, or use another --workdir; a lease '
+  return (f'another {holder.who} holds {holder.what}: process '
+          f'{lease.get("pid")} on host {lease.get("host")}, started '
+          f'{started:%Y-%m-%d %H:%M:%S}, alive '
+          f'{now - float(lease.get("renewed", 0)):.0f} s ago ({path}). '
+          f'Wait for it to end or stop it, or {holder.elsewhere}; a lease '
           f'not renewed for {STALE_SECONDS:.0f} s is taken over.')
 
 
 class _Lease:
-  """Process 0's lease, renewed by a daemon thread until released."""
+  """One process's lease, renewed by a daemon thread until released."""
 
-  def __init__(self, path):
-    self.path = path
+  def __init__(self, directory, holder: Holder):
+    self.path = storage.path(directory) / holder.file_name
+    self.holder = holder
     self.mine = dict(run=uuid.uuid4().hex, host=socket.gethostname(),
                      pid=os.getpid(), started=time.time())
     self._released = threading.Event()
     self._thread = threading.Thread(target=self._renew, daemon=True,
-                                    name='workdir lease')
+                                    name=holder.file_name)
 
   def _write(self):
     self.path.write_text(json.dumps({**self.mine, 'renewed': time.time()}))
@@ -107,16 +127,16 @@ class _Lease:
     now = time.time()
     found = _read(self.path)
     if held_by_another(found, now):
-      return _describe(found, self.path, now)
+      return _describe(found, self.path, now, self.holder)
     if found:
-      logging.warning('Taking over the lease of a run that ended without '
+      logging.warning('Taking over the lease of a %s that ended without '
                       'releasing it (process %s on host %s).',
-                      found.get('pid'), found.get('host'))
+                      self.holder.who, found.get('pid'), found.get('host'))
     self._write()
     time.sleep(VERIFY_SECONDS)  # A run that started with us writes too.
     found = _read(self.path)
     if found and found.get('run') != self.mine['run']:
-      return _describe(found, self.path, time.time())
+      return _describe(found, self.path, time.time(), self.holder)
     self._thread.start()
     return None
 
@@ -154,7 +174,7 @@ def held(workdir: str | os.PathLike):
   """
   lease, refused = None, None
   if jax.process_index() == 0:
-    lease = _Lease(storage.path(workdir) / FILE_NAME)
+    lease = _Lease(workdir, TRAINING)
     refused = lease.acquire()
   if jax.process_count() > 1:  # Every process stops, or none.
     if multihost_utils.broadcast_one_to_all(refused is not None):
@@ -167,3 +187,27 @@ def held(workdir: str | os.PathLike):
   finally:
     if lease is not None:
       lease.release()
+
+
+@contextlib.contextmanager
+def held_here(directory: str | os.PathLike, holder: Holder):
+  """The lease of `directory` for a command of one process (no JAX).
+
+  Args:
+    directory: the directory the command writes, already created.
+    holder: the lease's file name and the words of its refusal.
+
+  Yields:
+    Nothing; the lease is renewed meanwhile and released on exit.
+
+  Raises:
+    UserError: another live process holds the directory; it is named.
+  """
+  lease = _Lease(directory, holder)
+  refused = lease.acquire()
+  if refused:
+    raise UserError(refused)
+  try:
+    yield
+  finally:
+    lease.release()

@@ -1,11 +1,14 @@
 """Prepared ArrayRecord directories, written and read in this process: the
 bytes come back as they went in, damage is named, a stopped write continues
-to the same files, and TFDS's own array_record builds read alike."""
+to the same files, a second prepare of a directory stops, and TFDS's own
+array_record builds read alike."""
 
 import io
 import json
 import os
 import pickle
+import socket
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from PIL import Image
 
 from recipes.data import array_records, datasets, prepare
 from recipes.data.examples import EncodedSource
+from recipes.runtime import lease
 from recipes.runtime.errors import UserError
 
 CLASSES = ('cat', 'dog', 'newt')
@@ -60,6 +64,13 @@ def _source(sizes=(('train', 25), ('test', 7)), stop_after=None):
 
 def _files(path):
   return {name: (path / name).read_bytes() for name in os.listdir(path)}
+
+
+@pytest.fixture(autouse=True)
+def _no_wait_for_a_rival(monkeypatch):
+  """Each prepare waits VERIFY_SECONDS after taking its lease for a rival
+  started in the same second; none starts here."""
+  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
 
 
 @pytest.fixture
@@ -169,6 +180,42 @@ def test_verify_finds_one_changed_byte(written):
   assert 'damaged' in str(error.value)
   assert 'train-00004-of-00007.array_record' in str(error.value)
   assert 'train-00003' not in str(error.value)
+
+
+def _lease_of_a_killed_prepare(dst):
+  """The lease a prepare of this host left when it was killed."""
+  gone = int((open('/proc/sys/kernel/pid_max').read())) + 1  # No process.
+  (dst / prepare.LEASE.file_name).write_text(json.dumps(dict(
+      run='killed', host=socket.gethostname(), pid=gone,
+      started=time.time() - 60, renewed=time.time())))
+
+
+def test_a_second_prepare_stops_naming_the_first_and_writes_nothing(tmp_path):
+  dst = tmp_path / 'prepared'
+  with pytest.raises(KeyboardInterrupt):  # A first prepare, under way...
+    prepare.write(_source(stop_after=3), str(dst), examples_per_shard=4)
+  with lease.held_here(dst, prepare.LEASE):  # ... and running still.
+    before = _files(dst)
+    with pytest.raises(UserError) as error:
+      prepare.write(_source(), str(dst), examples_per_shard=4)
+    assert _files(dst) == before
+  message = str(error.value)
+  assert message.startswith(
+      f'another prepare holds DST: process {os.getpid()} on host '
+      f'{socket.gethostname()}, started '), message
+  assert f'({dst}/prepare.lease)' in message and 'give another DST' in message
+  assert 'prepare.lease' not in os.listdir(dst)  # Released.
+
+
+def test_the_lease_of_a_killed_prepare_is_taken_over(tmp_path):
+  whole, stopped = tmp_path / 'whole', tmp_path / 'stopped'
+  prepare.write(_source(), str(whole), examples_per_shard=4)
+  with pytest.raises(KeyboardInterrupt):
+    prepare.write(_source(stop_after=3), str(stopped), examples_per_shard=4)
+  _lease_of_a_killed_prepare(stopped)
+  again = prepare.write(_source(), str(stopped), examples_per_shard=4)
+  assert again.shards_written == 9 - 3
+  assert _files(stopped) == _files(whole)  # The lease released, too.
 
 
 def test_a_stopped_write_continues_to_the_same_files(tmp_path):
