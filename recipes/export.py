@@ -30,7 +30,7 @@ from flax import traverse_util
 from recipes.checkpoint import resume
 from recipes.checkpoint.converted import MODEL_FILE
 from recipes.runtime import library_noise, storage
-from recipes.runtime.errors import UserError, shorten
+from recipes.runtime.errors import UserError, describe, shorten
 from zoo import convert, registry
 from zoo.convert import export
 from zoo.convert.transfer import target_shapes
@@ -75,15 +75,31 @@ def model_of(src: str) -> tuple[str, dict]:
   path = storage.path(src)
   for directory in (path, path.parent, path.parent.parent):
     if (directory / MODEL_FILE).is_file():
-      record = json.loads((directory / MODEL_FILE).read_text())
-      return record['model'], dict(record['model_kwargs'])
+      return _model_record(directory / MODEL_FILE)
     if (directory / 'config.json').is_file():
-      config = json.loads((directory / 'config.json').read_text())
-      name, kwargs = config['model'], dict(config.get('model_kwargs') or {})
+      name, kwargs = _model_record(directory / 'config.json')
       return name, {**kwargs, 'num_classes': _num_classes(src, name, kwargs)}
   raise UserError(f'{src} is not a workdir, a checkpoint of one, or a '
                   f'directory python -m recipes.convert wrote (no '
                   f'config.json or {MODEL_FILE} there or above).')
+
+
+def _model_record(file) -> tuple[str, dict]:
+  """The 'model' and 'model_kwargs' of a run's config.json or a converted
+  directory's model.json; a UserError naming the file if it is damaged."""
+  try:
+    record = json.loads(file.read_text())
+  except ValueError:  # Not UTF-8 (UnicodeDecodeError) or not JSON.
+    record = None
+  except OSError as e:
+    raise UserError(f'{file} cannot be read ({describe(e)}).') from None
+  if not (isinstance(record, dict) and isinstance(record.get('model'), str)
+          and isinstance(record.get('model_kwargs') or {}, dict)):
+    raise UserError(f'{file} is damaged (not a JSON object with the model\'s '
+                    'name and its model_kwargs); restore it, or write '
+                    '{"model": NAME, "model_kwargs": {...}} into it as the '
+                    'model was made.')
+  return record['model'], dict(record.get('model_kwargs') or {})
 
 
 def _num_classes(src: str, name: str, kwargs: dict) -> int:

@@ -166,3 +166,20 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_one_before(tmp_path,
   assert sorted(str(p) for p in workdir.rglob('*')) == files  # Only read.
   code, _, err = _export(capsys, '--to=timm', str(before), str(dst))
   assert code == 0, err  # The one named instead.
+
+
+@pytest.mark.parametrize('content', [
+    b'\x89PNG\r\n\x1a\n\xff', b'[1, 2]', b'{"dataset": "mnist"}',
+    b'{"model": "resnet18", "model_kwargs": 5}',
+], ids=['binary', 'list', 'no-model', 'bad-kwargs'])
+def test_a_damaged_config_json_is_one_line_naming_it(tmp_path, capsys,
+                                                     content):
+  (tmp_path / 'config.json').write_bytes(content)
+  code, out, err = _export(capsys, '--to=timm', str(tmp_path),
+                           str(tmp_path / 'out.safetensors'))
+  assert (code, out, err) == (1, '', (
+      f"error: {tmp_path / 'config.json'} is damaged (not a JSON object with "
+      "the model's name and its model_kwargs); restore it, or write "
+      '{"model": NAME, "model_kwargs": {...}} into it as the model was '
+      'made.\n'))
+  assert (tmp_path / 'config.json').read_bytes() == content
