@@ -22,15 +22,21 @@ manifest.json (written last):
           "num_examples": 10000, "bytes": 5123456, "sha256": "..."}, ...]},
        ...}}
 
-Opening checks what is cheap (the manifest, each shard's size); `verify`
-reads every byte against the recorded sha256.
+Opening checks what is cheap: every field of the manifest, that each shard
+is a regular file of the directory (named plainly: never `..` or a path),
+its size, and its number of records as the ArrayRecord reader counts them
+from the file's index. `verify` also reads every byte against the recorded
+sha256.
 """
 
 import dataclasses
 import hashlib
 import json
 import os
+import re
+import stat
 import threading
+from concurrent import futures
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,7 +45,7 @@ from tensorflow_datasets.proto import tf_example_pb2
 from recipes.data import tfds_source
 from recipes.data.examples import EncodedSource
 from recipes.runtime import storage
-from recipes.runtime.errors import UserError
+from recipes.runtime.errors import UserError, describe, shorten
 
 FORMAT = 'recipes.array_records'
 VERSION = 1
@@ -48,6 +54,8 @@ SUFFIX = '.array_record'
 # One record per chunk: reading one example decompresses only that one.
 WRITER_OPTIONS = 'group_size:1'
 _HASH_CHUNK = 8 << 20
+# Counting a shard's records reads its index alone: no read-ahead.
+_COUNT_OPTIONS = 'readahead_buffer_size:0,max_parallelism:0'
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -218,7 +226,12 @@ def prepare_command(source: str, dst: str, data_dir: str | None = None
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
-  """The manifest of the prepared directory `path`, or None if it has none.
+  """The manifest of the prepared directory `path`, every field checked, or
+  None if it has none.
+
+  The one check of what training's reader (`open`), `verify` and the
+  prepare command trust: its types, that the counts add up, and that each
+  shard is a plain file name of the directory (no separator, no '..').
 
   Args:
     path: the directory.
@@ -227,30 +240,132 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
     The parsed manifest, or None when there is no manifest.json.
 
   Raises:
-    UserError: a manifest that does not parse or is of another format.
+    UserError: a manifest that is not a regular file, is not UTF-8 JSON, or
+      has a field missing, of another type or inconsistent; one line naming
+      the file and the field.
   """
   file = storage.path(path) / MANIFEST
   try:
-    text = file.read_text()
+    _size(file)  # Not a pipe or device, which would never end.
+    data = file.read_bytes()
   except FileNotFoundError:
     return None
   except OSError as e:
     raise UserError(f'cannot read {file} ({e.strerror or e}).') from None
   try:
-    manifest = json.loads(text)
-    if manifest.get('format') != FORMAT:
-      raise ValueError('no "format": "recipes.array_records"')
-    if manifest.get('version') != VERSION:
-      raise ValueError(f'version {manifest.get("version")!r}, not {VERSION}: '
-                       'written by another version of the recipes')
-    for info in manifest['splits'].values():
-      for shard in info['shards']:
-        _ = shard['file'], shard['num_examples'], shard['bytes']
-  except (ValueError, KeyError, TypeError, AttributeError) as e:
-    raise UserError(f'{file} is not a manifest of prepared ArrayRecord files '
-                    f'({type(e).__name__}: {e}); prepare the data again: '
-                    'python -m recipes.data.prepare SRC DST.') from None
+    try:
+      text = data.decode('utf-8')
+    except UnicodeDecodeError as e:
+      raise ValueError(f'not text: byte {data[e.start]:#04x} at offset '
+                       f'{e.start}') from None
+    try:
+      manifest = json.loads(text)
+    except RecursionError:
+      raise ValueError('JSON nested too deeply') from None
+    except ValueError as e:
+      raise ValueError(f'not JSON: {e}') from None
+    _check_fields(manifest)
+  except ValueError as e:
+    raise UserError(
+        f'{file} is not a manifest of prepared ArrayRecord files, or is '
+        f'damaged ({e}); prepare the data again into a new directory: '
+        'python -m recipes.data.prepare SRC NEW_DIR (nothing was '
+        'deleted).') from None
   return manifest
+
+
+def _check_fields(manifest: Any):
+  """Raises ValueError naming the first field that is missing, of another
+  type, or that disagrees with the others."""
+  if not isinstance(manifest, dict):
+    raise ValueError(f'a JSON {type(manifest).__name__}, not an object')
+  _field(manifest, 'format', '', lambda v: v == FORMAT, json.dumps(FORMAT))
+  _field(manifest, 'version', '', lambda v: v == VERSION,
+         f'{VERSION}: written by another version of the recipes')
+  _field(manifest, 'source', '', lambda v: isinstance(v, str), 'a string')
+  _field(manifest, 'data_dir', '', lambda v: v is None or isinstance(v, str),
+         'a string or null')
+  _field(manifest, 'examples_per_shard', '', _integer(1),
+         'a positive integer')
+  _field(manifest, 'class_names', '', lambda v: isinstance(v, list) and v and
+         all(isinstance(n, str) for n in v), 'a list of names')
+  splits = _field(manifest, 'splits', '', lambda v: isinstance(v, dict) and v,
+                  'an object of splits')
+  files = set()
+  for split, info in splits.items():
+    where = f'splits.{split}'
+    _field(splits, split, 'splits', lambda v: isinstance(v, dict),
+           'an object')
+    total = _field(info, 'num_examples', where, _integer(1),
+                   'a positive integer')
+    shards = _field(info, 'shards', where, lambda v: isinstance(v, list) and v,
+                    'a list of shards')
+    for i, shard in enumerate(shards):
+      _field(shards, i, f'{where}.shards', lambda v: isinstance(v, dict),
+             'an object')
+      at = f'{where}.shards[{i}]'
+      name = _field(shard, 'file', at, _plain_name,
+                    f'a file name of the directory ending in {SUFFIX}')
+      if name in files:
+        raise ValueError(f'{at}.file {json.dumps(name)} is listed twice')
+      files.add(name)
+      _field(shard, 'num_examples', at, _integer(1), 'a positive integer')
+      _field(shard, 'bytes', at, _integer(0), 'a size in bytes')
+      _field(shard, 'sha256', at, lambda v: isinstance(v, str) and bool(
+          re.fullmatch('[0-9a-f]{64}', v)), 'a sha256 in hex')
+    held = sum(shard['num_examples'] for shard in shards)
+    if held != total:
+      raise ValueError(f'{where}.num_examples is {total}, but its shards '
+                       f'hold {held} together')
+
+
+def _field(parent, key, where: str, ok, expected: str):
+  """parent[key] if `ok` accepts it; ValueError naming it otherwise."""
+  name = (f'{where}[{key}]' if isinstance(key, int) else
+          f'{where}.{key}' if where else key)
+  if isinstance(parent, dict) and key not in parent:
+    raise ValueError(f'{name} is missing')
+  value = parent[key]
+  if not ok(value):
+    raise ValueError(f'{name} is {shorten(json.dumps(value), 80)}, not '
+                     f'{expected}')
+  return value
+
+
+def _integer(least: int):
+  """The test of a field: an integer (JSON's true is none) of at least
+  `least`."""
+  return lambda v: (isinstance(v, int) and not isinstance(v, bool) and
+                    v >= least)
+
+
+def _plain_name(name) -> bool:
+  """A file directly in the directory: never one elsewhere (`..`, `/etc`)."""
+  return (isinstance(name, str) and name.endswith(SUFFIX) and
+          name != SUFFIX and not any(c in name for c in '/\\\0') and
+          name not in ('.', '..'))
+
+
+def _size(file) -> int:
+  """The size of `file`, which must be a regular file (a local one is not
+  followed through a link).
+
+  Raises:
+    FileNotFoundError: there is none.
+    UserError: it is a directory, link, pipe or device: nothing reads it.
+  """
+  if '://' in os.fspath(file):  # Objects in a bucket are files.
+    return file.stat().length
+  status = os.lstat(file)
+  if not stat.S_ISREG(status.st_mode):
+    kind = ('a directory' if stat.S_ISDIR(status.st_mode) else
+            'a link' if stat.S_ISLNK(status.st_mode) else
+            'a pipe or device')
+    raise UserError(f'{file} is {kind}, not a regular file: a prepared '
+                    "directory's shards and manifest are files of its own. "
+                    'Prepare the data again into a new directory (nothing '
+                    'was read or deleted).')
+  return status.st_size
 
 
 def _require_manifest(path) -> dict[str, Any]:
@@ -262,8 +377,61 @@ def _require_manifest(path) -> dict[str, Any]:
   return manifest
 
 
+def _shards(root, manifest: dict[str, Any]
+            ) -> tuple[list[tuple[dict[str, Any], Any, int]], list[str]]:
+  """The manifest's shards that are there (record, path, size), and the
+  names of those missing; anything but a regular file is refused before a
+  byte of any is read."""
+  present, missing = [], []
+  for info in manifest['splits'].values():
+    for shard in info['shards']:
+      file = root / shard['file']
+      try:
+        present.append((shard, file, _size(file)))
+      except FileNotFoundError:
+        missing.append(shard['file'])
+      except OSError as e:
+        raise UserError(f'cannot read shard {file} ({e.strerror or e}); '
+                        'check its permissions and the disk.') from None
+  return present, missing
+
+
+def _check_counts(present: Sequence[tuple[dict[str, Any], Any, int]],
+                  advice: str):
+  """Checks the records of each shard against its manifest's num_examples,
+  as the ArrayRecord reader counts them (from the file's index: cheap).
+
+  Raises:
+    UserError: the first shard that differs, or whose index cannot be read;
+      `advice` ends the line.
+  """
+  # pylint: disable-next=g-import-not-at-top
+  from array_record.python.array_record_module import ArrayRecordReader
+
+  def count(file) -> int | str:
+    """The number of records, or why the reader cannot tell."""
+    try:
+      reader = ArrayRecordReader(os.fspath(file), _COUNT_OPTIONS)
+      try:
+        return reader.num_records() if reader.ok() else 'not ArrayRecord'
+      finally:
+        reader.close()
+    except Exception as e:  # pylint: disable=broad-except
+      return describe(e)  # Its index or footer is damaged.
+
+  files = [file for _, file, _ in present]
+  with futures.ThreadPoolExecutor(min(32, len(files) or 1)) as pool:
+    counts = list(pool.map(count, files))  # One request each on a bucket.
+  for (shard, file, _), found in zip(present, counts):
+    if isinstance(found, str):
+      raise UserError(f'shard {file} cannot be read ({found}); {advice}')
+    if found != shard['num_examples']:
+      raise UserError(f'shard {file} holds {found:,} records where the '
+                      f'manifest records {shard["num_examples"]:,}; {advice}')
+
+
 def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
-  """The prepared directory `path` as a dataset; reads no record yet.
+  """The prepared directory `path` as a dataset; reads no example yet.
 
   Args:
     path: a directory written by `python -m recipes.data.prepare`.
@@ -272,28 +440,28 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
     Its splits (`ShardedExamples`) and class names.
 
   Raises:
-    UserError: not a prepared directory, or a shard missing or of another
-      size than the manifest records.
+    UserError: not a prepared directory, a damaged manifest, or a shard
+      missing, not a regular file, or of another size or number of records
+      than the manifest records.
   """
   root = storage.path(path)
   manifest = _require_manifest(root)
-  again = prepare_command(manifest.get('source', 'SRC'), str(root),
-                          manifest.get('data_dir'))
+  again = prepare_command(manifest['source'], str(root), manifest['data_dir'])
+  present, missing = _shards(root, manifest)
+  if missing:
+    raise UserError(f'shard {root / missing[0]} is missing; run the prepare '
+                    f'again to write it: {again}')
+  for shard, file, size in present:
+    if size != shard['bytes']:
+      raise UserError(f'shard {file} has {size:,} bytes where the manifest '
+                      f'records {shard["bytes"]:,} (truncated or replaced); '
+                      f'delete it and run the prepare again: {again}')
+  _check_counts(present, 'find what is damaged with: python -m '
+                f'recipes.data.prepare --verify {root}')
   splits = {}
   for split, info in manifest['splits'].items():
-    shards = []
-    for shard in info['shards']:
-      file = root / shard['file']
-      try:
-        size = file.stat().length
-      except (FileNotFoundError, OSError):
-        raise UserError(f'shard {file} is missing; run the prepare again to '
-                        f'write it: {again}') from None
-      if size != shard['bytes']:
-        raise UserError(f'shard {file} has {size:,} bytes where the manifest '
-                        f'records {shard["bytes"]:,} (truncated or replaced); '
-                        f'delete it and run the prepare again: {again}')
-      shards.append((str(file), shard['num_examples']))
+    shards = [(str(root / s['file']), s['num_examples'])
+              for s in info['shards']]
     splits[split] = ShardedExamples(shards, f'the prepared directory {root}')
   return EncodedSource(f'the prepared directory {root}',
                        tuple(manifest['class_names']), splits)
@@ -310,7 +478,8 @@ def sha256(path: str | os.PathLike) -> str:
 
 def verify(path: str) -> tuple[int, int]:
   """Checks every shard of the prepared directory `path` against the
-  sha256 its manifest records (reads every byte).
+  sha256 its manifest records (reads every byte), then its number of
+  records.
 
   Args:
     path: a prepared directory.
@@ -319,23 +488,22 @@ def verify(path: str) -> tuple[int, int]:
     (shards, bytes) checked, all of them intact.
 
   Raises:
-    UserError: not a prepared directory, or shards missing or damaged; the
-      message names each.
+    UserError: not a prepared directory, a damaged manifest, or shards
+      missing, not regular files or damaged; the message names each.
   """
   root = storage.path(path)
   manifest = _require_manifest(root)
-  missing, damaged, total = [], [], 0
-  for info in manifest['splits'].values():
-    for shard in info['shards']:
-      file = root / shard['file']
-      try:
-        if sha256(file) != shard['sha256']:
-          damaged.append(shard['file'])
-      except FileNotFoundError:
-        missing.append(shard['file'])
-      except OSError:  # Unreadable: as bad as damaged.
-        damaged.append(shard['file'])
-      total += shard['bytes']
+  present, missing = _shards(root, manifest)  # Before reading any.
+  intact, damaged = [], []
+  for shard, file, size in present:
+    try:
+      same = size == shard['bytes'] and sha256(file) == shard['sha256']
+    except OSError:  # Unreadable: as bad as damaged.
+      same = False
+    if same:
+      intact.append((shard, file, size))
+    else:
+      damaged.append(shard['file'])
   if missing or damaged:
     parts = []
     if damaged:
@@ -343,11 +511,14 @@ def verify(path: str) -> tuple[int, int]:
                    f'{_names(damaged)}')
     if missing:
       parts.append(f'missing: {_names(missing)}')
-    again = prepare_command(manifest.get('source', 'SRC'), str(root),
-                            manifest.get('data_dir'))
+    again = prepare_command(manifest['source'], str(root),
+                            manifest['data_dir'])
     raise UserError(f'{root}: shards {"; ".join(parts)}. Delete the damaged '
                     f'ones and run the prepare again to rewrite them: {again}')
-  return sum(len(i['shards']) for i in manifest['splits'].values()), total
+  _check_counts(intact, f'it is as prepared (its sha256 matches), so '
+                f'{root / MANIFEST} is wrong: prepare the data again into a '
+                'new directory (nothing was deleted).')
+  return len(intact), sum(shard['bytes'] for shard, _, _ in intact)
 
 
 def _names(files: list[str]) -> str:

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pickle
+import re
 import socket
 import time
 
@@ -172,14 +173,121 @@ def test_verify_finds_one_changed_byte(written):
   assert array_records.verify(str(dst))[0] == 9  # 7 + 2 shards.
   shard = dst / 'train-00004-of-00007.array_record'
   data = bytearray(shard.read_bytes())
-  data[len(data) // 2] ^= 1
+  data[100] ^= 1  # In the first record, which opening does not read.
   shard.write_bytes(bytes(data))
-  array_records.open(str(dst))  # Same size: opening cannot tell.
+  array_records.open(str(dst))  # Same size and index: opening cannot tell.
   with pytest.raises(UserError) as error:
     array_records.verify(str(dst))
   assert 'damaged' in str(error.value)
   assert 'train-00004-of-00007.array_record' in str(error.value)
   assert 'train-00003' not in str(error.value)
+
+
+def _damage_manifest(dst, damage):
+  manifest = json.loads((dst / 'manifest.json').read_text())
+  test = manifest['splits']['test']
+  if damage == 'binary':
+    (dst / 'manifest.json').write_bytes(b'\xff\xfe\x00\x01' * 64)
+    return
+  if damage == 'nested':
+    (dst / 'manifest.json').write_text('[' * 100_000)
+    return
+  if damage == 'parent':  # A shard of the same size, outside.
+    outside = dst.parent / 'outside.array_record'
+    outside.write_bytes((dst / test['shards'][0]['file']).read_bytes())
+    test['shards'][0]['file'] = '../outside.array_record'
+  elif damage == 'absolute':
+    test['shards'][0].update(file='/etc/passwd',
+                             bytes=os.path.getsize('/etc/passwd'))
+  elif damage == 'device':
+    test['shards'][1]['file'] = '/dev/zero'
+  elif damage == 'negative count':
+    test['shards'][0]['num_examples'] = -4
+  elif damage == 'string size':
+    test['shards'][1]['bytes'] = str(test['shards'][1]['bytes'])
+  elif damage == 'bool count':
+    test['shards'][1]['num_examples'] = True
+  elif damage == 'missing key':
+    del manifest['class_names']
+  elif damage == 'counts disagree':
+    test['num_examples'] = 8
+  (dst / 'manifest.json').write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize('damage, problem', [
+    ('binary', r'\(not text: byte 0xff at offset 0\)'),
+    ('nested', r'\(JSON nested too deeply\)'),
+    ('parent', r'splits.test.shards\[0\].file is "../outside.array_record", '
+     'not a file name of the directory'),
+    ('absolute', r'shards\[0\].file is "/etc/passwd", not a file name'),
+    ('device', r'shards\[1\].file is "/dev/zero", not a file name'),
+    ('negative count', r'shards\[0\].num_examples is -4, not a positive'),
+    ('string size', r'shards\[1\].bytes is "\d+", not a size in bytes'),
+    ('bool count', r'shards\[1\].num_examples is true, not a positive'),
+    ('missing key', r'\(class_names is missing\)'),
+    ('counts disagree', r'splits.test.num_examples is 8, but its shards hold '
+     '7 together'),
+])
+def test_a_damaged_manifest_is_one_line_before_any_shard_is_read(
+    written, damage, problem):
+  source, dst = written
+  _damage_manifest(dst, damage)
+  before = _files(dst)
+  # Training's reader, --verify and the prepare itself read it alike.
+  for read in (lambda: array_records.open(str(dst)),
+               lambda: array_records.verify(str(dst)),
+               lambda: prepare.write(source, str(dst), examples_per_shard=4)):
+    with pytest.raises(UserError) as error:
+      read()
+    message = str(error.value)
+    assert message.startswith(f'{dst}/manifest.json is not a manifest of '
+                              'prepared ArrayRecord files, or is damaged ('), (
+                                  message)
+    assert re.search(problem, message), message
+    assert message.endswith('prepare the data again into a new directory: '
+                            'python -m recipes.data.prepare SRC NEW_DIR '
+                            '(nothing was deleted).')
+    assert '\n' not in message
+  assert _files(dst) == before
+
+
+@pytest.mark.parametrize('kind', ['link', 'pipe'])
+def test_a_shard_that_is_not_a_regular_file_is_refused_unread(written, kind):
+  _, dst = written
+  shard = dst / 'test-00000-of-00002.array_record'
+  outside = dst.parent / 'outside.array_record'
+  os.replace(shard, outside)
+  if kind == 'link':  # The same bytes, but read from outside.
+    os.symlink(outside, shard)
+  else:  # Reading it would wait for a writer forever.
+    os.mkfifo(shard)
+  for read in (array_records.open, array_records.verify):
+    with pytest.raises(UserError) as error:
+      read(str(dst))
+    message = str(error.value)
+    assert message.startswith(
+        f'{shard} is {"a link" if kind == "link" else "a pipe or device"}, '
+        'not a regular file'), message
+    assert 'Delete' not in message and '\n' not in message
+
+
+def test_a_count_the_shards_do_not_hold_is_refused(written):
+  _, dst = written
+  manifest = json.loads((dst / 'manifest.json').read_text())
+  test = manifest['splits']['test']  # Two shards: 4 and 3 examples.
+  test['num_examples'] += 1
+  test['shards'][1]['num_examples'] += 1
+  (dst / 'manifest.json').write_text(json.dumps(manifest))
+  shard = dst / 'test-00001-of-00002.array_record'
+  with pytest.raises(UserError, match=(
+      f'^shard {shard} holds 3 records where the manifest records 4; find '
+      f'what is damaged with: python -m recipes.data.prepare --verify {dst}$')):
+    array_records.open(str(dst))
+  with pytest.raises(UserError, match=(
+      f'^shard {shard} holds 3 records where the manifest records 4; it is as '
+      rf'prepared \(its sha256 matches\), so {dst}/manifest.json is wrong: '
+      'prepare the data again into a new directory')):
+    array_records.verify(str(dst))
 
 
 def _lease_of_a_killed_prepare(dst):
