@@ -9,7 +9,7 @@ import ml_collections
 from absl import logging
 
 from recipes import checkpoint, experiment
-from recipes.checkpoint import class_names, resume
+from recipes.checkpoint import class_names, data_files, resume
 from recipes.data import in_memory
 from recipes.runtime import summaries
 from recipes.runtime.dispatch import OneAhead
@@ -134,6 +134,11 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
     raise UserError(f'no checkpoint to evaluate in {workdir}/checkpoints; '
                     'train first, or point --workdir at a trained run.')
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
+  # The training split's files do not matter here.
+  data_files.check_and_record(
+      workdir, {split: listing for split, listing in exp.data.files.items()
+                if split in exp.data.eval_sizes},
+      config.dataset, config.allow_changed_data)
   writer = summaries.create_writer(config, workdir)
   with Watchdog(config.stall_timeout_seconds) as watchdog:
     summary = evaluate_and_write(exp, state, writer, step, watchdog)

@@ -16,7 +16,7 @@ from absl import logging
 from clu import periodic_actions
 
 from recipes import checkpoint, evaluation, experiment
-from recipes.checkpoint import class_names, resume
+from recipes.checkpoint import class_names, data_files, resume
 from recipes.config import validation
 from recipes.runtime import preemption, storage, summaries
 from recipes.runtime.dispatch import OneAhead
@@ -183,6 +183,8 @@ def _profiler(config, workdir, start_step: int, num_steps: int):
 def _start(config, workdir, exp, mngr, watchdog):
   """The state to train from, its step, and the summary writer."""
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
+  data_files.check_and_record(workdir, exp.data.files, config.dataset,
+                              config.allow_changed_data)
   watchdog.beat('creating the initial state')
   state = exp.create_state()
   watchdog.beat('restoring the latest checkpoint')

@@ -6,10 +6,9 @@ The first run records the names of its data's labels; every later run in
 the workdir must read the same names, or stops before writing anything.
 """
 
-import json
-
 import jax
 
+from recipes.checkpoint import records
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
@@ -34,11 +33,9 @@ def check_and_record(workdir: str, class_names: tuple[str, ...],
     return
   file = storage.path(workdir) / FILE
   if file.exists():
-    try:
-      recorded = tuple(json.loads(file.read_text()))
-    except ValueError:
-      raise UserError(f'{file} is damaged (not a JSON list); restore it, or '
-                      'delete it if the data has not changed.') from None
+    recorded = tuple(records.read(
+        file, lambda names: isinstance(names, list) and all(
+            isinstance(name, str) for name in names), 'a JSON list of names'))
     if recorded != tuple(class_names):
       difference = _first_difference(recorded, class_names)
       raise UserError(
@@ -46,7 +43,7 @@ def check_and_record(workdir: str, class_names: tuple[str, ...],
           f'has {_describe(class_names)}{difference}; use the same data, or '
           'another --workdir.')
   elif jax.process_index() == 0:
-    file.write_text(json.dumps(list(class_names), indent=1))
+    records.write(file, list(class_names))
 
 
 def _describe(names) -> str:

@@ -139,6 +139,11 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'Your own images become 1 (grey) or 3 (RGB) channels, '
               'whatever their mode; 0 = grey if the first training image '
               'is grey, else RGB.'),
+        Field('allow_changed_data', False, BOOLEAN,
+              'Resume or evaluate a workdir although the files of its image '
+              'folder were added, removed or changed size since they were '
+              'recorded in WORKDIR/data_files.json (the data order then '
+              'differs from the first run\'s); they are recorded anew.'),
         Field('skip_bad_images', False, BOOLEAN,
               'Your own images: leave out (and count in the log) those that '
               'do not decode, checked before training; false = stop, naming '

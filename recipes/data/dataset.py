@@ -31,6 +31,14 @@ class Dataset(Protocol):
     ...
 
   @property
+  def files(self) -> dict[str, list[tuple[str, int | None]]]:
+    """For splits read from files a user may change (an image folder): the
+    (name, size) of each example's file, in order, by split string; {} for
+    other sources. A resumed run checks them (recipes/checkpoint/
+    data_files.py)."""
+    ...
+
+  @property
   def num_train(self) -> int:
     """Examples in the training split."""
     ...

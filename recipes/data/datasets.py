@@ -206,6 +206,8 @@ def _read_encoded(source: EncodedSource, train_split, eval_splits,
   splits = {split: source.select(split)
             for split in (train_split, *eval_splits)}
   _check_not_empty(source, splits)
+  files = {split: listing for split, examples in splits.items()
+           if (listing := examples.listing()) is not None}
   channels = options.image_channels or _first_image_channels(
       splits[train_split], options.skip_bad_images)
   if options.skip_bad_images:
@@ -234,10 +236,10 @@ def _read_encoded(source: EncodedSource, train_split, eval_splits,
         train=decoding.decode_all(train, channels),
         evals={s: decoding.decode_all(e, channels) for s, e in evals.items()},
         num_classes=source.num_classes, preprocessing=preprocessing,
-        class_names=source.class_names)
+        class_names=source.class_names, files=files)
   return RandomAccessDataset(train, evals, source.num_classes, preprocessing,
                              channels, first.shape, options.data_threads,
-                             source.class_names)
+                             source.class_names, files)
 
 
 def _check_not_empty(source: EncodedSource, splits, which: str = ''):

@@ -83,6 +83,14 @@ class Selection:
     examples, inner = self._locate(index)
     return examples.describe(inner)
 
+  def listing(self) -> list[tuple[str, int | None]] | None:
+    """(name, size) of each example's file, in order, where the examples
+    are files a user may change (an image folder's `listing`); else None."""
+    if not all(hasattr(examples, 'listing') for examples, _, _ in self.parts):
+      return None
+    return [entry for examples, start, stop in self.parts
+            for entry in examples.listing(start, stop)]
+
 
 @dataclasses.dataclass(frozen=True)
 class EncodedSource:

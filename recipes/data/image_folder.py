@@ -39,6 +39,7 @@ class ImageFiles:
 
   files: tuple[str, ...]
   labels: np.ndarray  # int64 [len(files)]
+  root: str = ''  # The folder the files are in (at any depth).
 
   def __len__(self) -> int:
     return len(self.files)
@@ -53,6 +54,23 @@ class ImageFiles:
 
   def describe(self, index: int) -> str:
     return self.files[index]
+
+  def listing(self, start: int, stop: int) -> list[tuple[str, int | None]]:
+    """(name under the folder, size in bytes) of files start..stop-1; the
+    size is None in a bucket, where it would cost a request per file, and
+    for a file that cannot be read (which reading it will name)."""
+    files = self.files[start:stop]
+    names = [f[len(self.root.rstrip('/')) + 1:] for f in files]
+    if '://' in self.root:
+      return [(name, None) for name in names]
+    return [(name, _size(f)) for name, f in zip(names, files)]
+
+
+def _size(file: str) -> int | None:
+  try:
+    return os.stat(file).st_size
+  except OSError:
+    return None
 
 
 def _read_bytes(file: str) -> bytes:
@@ -104,7 +122,7 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
   for split, classes in per_split.items():
     files = [(label[c], f) for c, fs in sorted(classes.items()) for f in fs]
     splits[split] = ImageFiles(tuple(f for _, f in files),
-                               np.array([l for l, _ in files], np.int64))
+                               np.array([l for l, _ in files], np.int64), path)
   if root.ignored:
     logging.info('Ignored %d files under %s that are not JPEG or PNG (e.g. '
                  '%s).', len(root.ignored), path, root.ignored[0])

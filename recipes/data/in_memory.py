@@ -190,6 +190,7 @@ class InMemoryDataset:
   num_classes: int
   preprocessing: Preprocessing = Preprocessing()
   class_names: tuple[str, ...] = ()  # Label i's name, if the source has them.
+  files: dict = dataclasses.field(default_factory=dict)  # Dataset.files.
 
   def __post_init__(self):
     if not self.evals:

@@ -61,7 +61,7 @@ class RandomAccessDataset:
   def __init__(self, train: Examples, evals: dict[str, Examples],
                num_classes: int, preprocessing: Preprocessing, channels: int,
                stored_shape: tuple[int, ...], threads: int = 0,
-               class_names: tuple[str, ...] = ()):
+               class_names: tuple[str, ...] = (), files: dict | None = None):
     """
     Args:
       train: the training split.
@@ -73,8 +73,10 @@ class RandomAccessDataset:
         every image must have it unless the preset resizes.
       threads: batches made at once; 0: default_threads().
       class_names: the name of each label, if the source has them.
+      files: see Dataset.files.
     """
     self.class_names = tuple(class_names)
+    self.files = files or {}
     self.train, self.evals = train, evals
     self.num_classes = num_classes
     self.preprocessing = preprocessing

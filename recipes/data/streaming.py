@@ -52,6 +52,7 @@ class StreamingDataset:
   num_classes: int
   preprocessing: Preprocessing
   class_names: tuple[str, ...] = ()
+  files: dict = dataclasses.field(default_factory=dict)  # Dataset.files.
 
   def __post_init__(self):
     self.num_train = _num_examples(self.builder, self.train_split)
