@@ -3,6 +3,7 @@ data_files.json): read back with one line for a damaged one, written whole.
 """
 
 import json
+import os
 from typing import Any, Callable
 
 from etils import epath
@@ -32,8 +33,13 @@ def read(file: epath.Path, valid: Callable[[Any], bool], what: str) -> Any:
 
 
 def write(file: epath.Path, value: Any):
-  """Writes `value` as JSON in a file beside, then renames it: another
-  process never reads half of it."""
+  """Writes `value` as JSON, whole: another process never reads half of it
+  (on a disk it is written beside, then renamed; a bucket's object appears
+  whole anyway)."""
+  text = json.dumps(value, indent=1)
+  if '://' in os.fspath(file):
+    file.write_text(text)
+    return
   part = file.with_name(file.name + '.part')
-  part.write_text(json.dumps(value, indent=1))
+  part.write_text(text)
   part.replace(file)
