@@ -69,6 +69,11 @@ class ConfigFileParser(flags.ArgumentParser):
       raise UserError(f'config file {path!r} failed to load '
                       f'({type(e).__name__}: {one_line(e)}); fix the '
                       'file.') from e
+    except SystemExit as e:  # Else the command would end there, maybe with 0.
+      raise UserError(f'config file {path!r} ended the program while it '
+                      f'loaded (SystemExit: {e.code!r}); a config file must '
+                      'not call sys.exit(): return the config from '
+                      'get_config().') from e
     finally:
       sys.path.remove(above)
     if not isinstance(config, ml_collections.ConfigDict):

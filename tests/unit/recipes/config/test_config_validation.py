@@ -15,7 +15,7 @@ import pytest
 
 from recipes import checkpoint, loop
 from recipes.config import defaults as default
-from recipes.config import fields, validation
+from recipes.config import command_line, fields, validation
 from recipes.runtime.errors import UserError
 from tests.helpers import ROOT, tiny_config, write_fashion_mnist, write_idx
 
@@ -115,6 +115,16 @@ def test_a_bad_value_is_one_line_naming_field_value_and_what_is_allowed(
 def test_a_plain_dict_is_not_a_config(tmp_path):
   with pytest.raises(UserError, match='is a dict, not an ml_collections'):
     loop.train_and_evaluate(dict(default.get_config()), str(tmp_path))
+
+
+@pytest.mark.parametrize('code', [0, 3])
+def test_a_config_file_that_exits_while_loading_is_one_line(tmp_path, code):
+  path = tmp_path / 'exiting.py'
+  path.write_text(f'import sys\nsys.exit({code})\n')
+  with pytest.raises(UserError, match=(
+      rf"config file '{re.escape(str(path))}' ended the program while it "
+      rf'loaded \(SystemExit: {code}\)')):
+    command_line.ConfigFileParser().parse(str(path))
 
 
 def test_fewer_steps_than_the_workdirs_checkpoint_is_an_error(
