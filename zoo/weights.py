@@ -16,11 +16,19 @@ cache (zoo/pretrained.py); later uses read the cache only.
 `eval_size` pixels: timm's results-imagenet.csv for the Hub files; the
 papers for Google's files; None where the file has no ImageNet-1k classifier
 (an ImageNet-21k head, a SigLIP image tower or DINOv2's features).
+
+`mean`, `std`, `channels` and `input_size` are the inputs the weights were
+trained on, as timm's pretrained_cfg gives them: pixel values in [0, 1]
+normalized per channel; Google's files take [-1, 1] (mean and std 0.5).
 """
 
 import dataclasses
 
 from zoo import registry
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# Google's [-1, 1] (Inception's preprocessing): ViT, Mixer, BiT, SigLIP.
+_GOOGLE = {'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +46,9 @@ class Weights:
     sha256: the file's SHA-256 where its publisher gives one outside the
       download itself; Hub files are checked against the Hub's own.
     size: the file's size in bytes, where known.
+    mean: the per-channel mean subtracted from pixel values in [0, 1].
+    std: the per-channel std they are then divided by.
+    channels: the input channels (3: RGB).
   """
 
   model: str
@@ -47,6 +58,15 @@ class Weights:
   eval_size: int | None = None
   sha256: str | None = None
   size: int | None = None
+  mean: tuple[float, ...] = IMAGENET_MEAN
+  std: tuple[float, ...] = IMAGENET_STD
+  channels: int = 3
+
+  @property
+  def input_size(self) -> int:
+    """The side of the square images the weights were trained (for Hub
+    files with a `top1`: fine-tuned) at: `eval_size`, else the model's."""
+    return self.eval_size or registry.input_shape(self.model)[0]
 
   @property
   def name(self) -> str:
@@ -55,10 +75,11 @@ class Weights:
 
 
 def _hub(model: str, tag: str, repo: str, top1: float | None = None,
-         eval_size: int | None = None) -> Weights:
-  """Weights in timm's repository `repo` on the Hugging Face Hub."""
+         eval_size: int | None = None, **inputs) -> Weights:
+  """Weights in timm's repository `repo` on the Hugging Face Hub; `inputs`:
+  their mean and std where not ImageNet's."""
   return Weights(model, tag, f'hf://timm/{repo}/model.safetensors', top1,
-                 eval_size)
+                 eval_size, **inputs)
 
 
 _TABLE = [
@@ -71,19 +92,19 @@ _TABLE = [
     _hub('resnet152', 'tv_in1k', 'resnet152.tv_in1k', 78.330),
     # ViTs (AugReg, Steiner et al. 2021).
     _hub('vit_ti16', 'augreg_in21k_ft_in1k',
-         'vit_tiny_patch16_224.augreg_in21k_ft_in1k', 75.452),
+         'vit_tiny_patch16_224.augreg_in21k_ft_in1k', 75.452, **_GOOGLE),
     _hub('vit_s16', 'augreg_in21k_ft_in1k',
-         'vit_small_patch16_224.augreg_in21k_ft_in1k', 81.402),
+         'vit_small_patch16_224.augreg_in21k_ft_in1k', 81.402, **_GOOGLE),
     _hub('vit_s16', 'augreg_in1k', 'vit_small_patch16_224.augreg_in1k',
-         78.842),
+         78.842, **_GOOGLE),
     _hub('vit_b16', 'augreg2_in21k_ft_in1k',
-         'vit_base_patch16_224.augreg2_in21k_ft_in1k', 85.108),
+         'vit_base_patch16_224.augreg2_in21k_ft_in1k', 85.108, **_GOOGLE),
     _hub('vit_b16', 'augreg_in21k_ft_in1k',
-         'vit_base_patch16_224.augreg_in21k_ft_in1k', 84.534),
+         'vit_base_patch16_224.augreg_in21k_ft_in1k', 84.534, **_GOOGLE),
     _hub('vit_l16', 'augreg_in21k_ft_in1k',
-         'vit_large_patch16_224.augreg_in21k_ft_in1k', 85.856),
+         'vit_large_patch16_224.augreg_in21k_ft_in1k', 85.856, **_GOOGLE),
     Weights('vit_b16', 'google_in21k', 'gs://vit_models/imagenet21k/'
-            'ViT-B_16.npz'),
+            'ViT-B_16.npz', **_GOOGLE),
     # ConvNeXt (Liu et al. 2022).
     _hub('convnext_tiny', 'fb_in1k', 'convnext_tiny.fb_in1k', 82.066),
     _hub('convnext_tiny', 'fb_in22k_ft_in1k', 'convnext_tiny.fb_in22k_ft_in1k',
@@ -99,33 +120,38 @@ _TABLE = [
          'convnext_large.fb_in22k_ft_in1k', 86.612),
     # MLP-Mixer (Tolstikhin et al. 2021).
     _hub('mixer_b16', 'goog_in21k_ft_in1k', 'mixer_b16_224.goog_in21k_ft_in1k',
-         76.616),
+         76.616, **_GOOGLE),
     _hub('mixer_l16', 'goog_in21k_ft_in1k', 'mixer_l16_224.goog_in21k_ft_in1k',
-         72.084),
+         72.084, **_GOOGLE),
     Weights('mixer_b16', 'google_in21k', 'gs://mixer_models/imagenet21k/'
-            'Mixer-B_16.npz'),
+            'Mixer-B_16.npz', **_GOOGLE),
     # BiT (Kolesnikov et al. 2020), fine-tuned at 448 pixels.
     _hub('bit_r50x1', 'goog_in21k_ft_in1k',
-         'resnetv2_50x1_bit.goog_in21k_ft_in1k', 80.386, 448),
+         'resnetv2_50x1_bit.goog_in21k_ft_in1k', 80.386, 448, **_GOOGLE),
     _hub('bit_r50x3', 'goog_in21k_ft_in1k',
-         'resnetv2_50x3_bit.goog_in21k_ft_in1k', 83.982, 448),
+         'resnetv2_50x3_bit.goog_in21k_ft_in1k', 83.982, 448, **_GOOGLE),
     _hub('bit_r101x1', 'goog_in21k_ft_in1k',
-         'resnetv2_101x1_bit.goog_in21k_ft_in1k', 82.332, 448),
+         'resnetv2_101x1_bit.goog_in21k_ft_in1k', 82.332, 448, **_GOOGLE),
     _hub('bit_r101x3', 'goog_in21k_ft_in1k',
-         'resnetv2_101x3_bit.goog_in21k_ft_in1k', 84.430, 448),
+         'resnetv2_101x3_bit.goog_in21k_ft_in1k', 84.430, 448, **_GOOGLE),
     _hub('bit_r152x2', 'goog_in21k_ft_in1k',
-         'resnetv2_152x2_bit.goog_in21k_ft_in1k', 84.468, 448),
-    Weights('bit_r50x1', 'google_in21k', 'gs://bit_models/BiT-M-R50x1.npz'),
+         'resnetv2_152x2_bit.goog_in21k_ft_in1k', 84.468, 448, **_GOOGLE),
+    Weights('bit_r50x1', 'google_in21k', 'gs://bit_models/BiT-M-R50x1.npz',
+            **_GOOGLE),
     # SigLIP image towers (Zhai et al. 2023; SigLIP 2, Tschannen et al.
     # 2025): embeddings, no ImageNet classifier.
-    _hub('siglip_b16', 'webli', 'vit_base_patch16_siglip_224.webli'),
-    _hub('siglip_b16', 'v2_webli', 'vit_base_patch16_siglip_224.v2_webli'),
-    _hub('siglip_l16', 'webli', 'vit_large_patch16_siglip_256.webli'),
-    _hub('siglip_so400m14', 'webli', 'vit_so400m_patch14_siglip_224.webli'),
+    _hub('siglip_b16', 'webli',
+         'vit_base_patch16_siglip_224.webli', **_GOOGLE),
+    _hub('siglip_b16', 'v2_webli',
+         'vit_base_patch16_siglip_224.v2_webli', **_GOOGLE),
+    _hub('siglip_l16', 'webli',
+         'vit_large_patch16_siglip_256.webli', **_GOOGLE),
+    _hub('siglip_so400m14', 'webli',
+         'vit_so400m_patch14_siglip_224.webli', **_GOOGLE),
     _hub('siglip_so400m14', 'v2_webli',
-         'vit_so400m_patch14_siglip_224.v2_webli'),
+         'vit_so400m_patch14_siglip_224.v2_webli', **_GOOGLE),
     Weights('siglip_b16', 'google_webli', 'gs://big_vision/siglip/'
-            'webli_en_b16_224_63724782.npz'),
+            'webli_en_b16_224_63724782.npz', **_GOOGLE),
     # DINOv2 (Oquab et al. 2023; registers: Darcet et al. 2023): features.
     _hub('dinov2_s14', 'lvd142m', 'vit_small_patch14_dinov2.lvd142m'),
     _hub('dinov2_b14', 'lvd142m', 'vit_base_patch14_dinov2.lvd142m'),
