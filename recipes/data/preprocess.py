@@ -29,6 +29,9 @@ Normalizations (`config.normalize`), in MEAN_STD: a per-channel mean to
 subtract and std to divide by, after scaling to [0, 1]; one value serves
 every channel ('minus_one_to_one': [-1, 1], big_vision's value_range(-1, 1)),
 otherwise the image needs as many channels as there are values.
+Channels (`config.image_channels`): scaled images become grey (1) or RGB (3)
+before normalization, grey ones by repeating the channel (what pretrained
+weights of RGB images take), RGB ones by their luma; 0 keeps them as stored.
 
 Where the images come from is the dataset's business (recipes/data/
 datasets.py); a preset only says whether it takes decoded or JPEG images.
@@ -373,6 +376,7 @@ class Preprocessing:
   # The random crop's smallest area, a fraction of the image's; 0: the
   # preset's own.
   crop_area_min: float = 0.0
+  channels: int = 0  # The model's input channels, 1 or 3; 0: as stored.
 
   def __post_init__(self):
     check(self.augment, self.normalize, self.randaugment_layers,
@@ -410,6 +414,11 @@ class Preprocessing:
     Returns:
       The model's input shape: `stored`, or the preset's resize of it.
     """
+    shape = self._augmented_shape(stored)
+    return (*shape[:-1], self.channels or shape[-1])
+
+  def _augmented_shape(self, stored):
+    """The shape of an augmented image: `stored`, or the preset's resize."""
     if not self.augmentation.resizes:
       return tuple(stored)
     channels = 3 if self.takes_jpeg else stored[-1]
@@ -463,7 +472,14 @@ class Preprocessing:
     if draws is not None:
       pixels = randaugment.randaugment_batch(
           _to_uint8(pixels), draws, self.randaugment_magnitude)
-    return normalize(scale(pixels), self.normalize)
+    return self._normalize(scale(pixels))
+
+  def _normalize(self, image):
+    """Images in [0, 1] to model inputs: `channels`, then normalization."""
+    if self.channels and image.shape[-1] != self.channels:
+      image = (tf.image.grayscale_to_rgb(image) if self.channels == 3
+               else tf.image.rgb_to_grayscale(image))
+    return normalize(image, self.normalize)
 
   def train(self, image, seed):
     """One training example; `seed` is a [2] int tensor.
@@ -494,7 +510,7 @@ class Preprocessing:
     if not self.is_random:
       return self.eval(images)
     signature = {'pixels': tf.TensorSpec(
-        self.image_shape(tuple(images.shape[1:])),
+        self._augmented_shape(tuple(images.shape[1:])),
         tf.float32 if self.augmentation.resizes else images.dtype)}
     if self.randaugment_layers:
       signature['draws'] = tf.TensorSpec([self.randaugment_layers, 4],
@@ -513,5 +529,4 @@ class Preprocessing:
     Returns:
       The model input(s), float32.
     """
-    return normalize(self.augmentation.eval(image, self.image_size),
-                     self.normalize)
+    return self._normalize(self.augmentation.eval(image, self.image_size))

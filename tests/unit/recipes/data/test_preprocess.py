@@ -46,6 +46,31 @@ def _jpeg(height, width, seed=0):
   return tf.io.encode_jpeg(pixels).numpy()
 
 
+@pytest.mark.parametrize('augment', ['none', 'cifar', 'finetune'])
+def test_grey_images_become_rgb_before_normalization(augment):
+  """channels=3 (what RGB pretrained weights take) repeats a grey image's
+  channel, then normalizes each with its own statistics; channels=1 makes
+  RGB images grey."""
+  grey = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 1), np.uint8)
+  prep = Preprocessing(augment, 'imagenet', image_size=32, channels=3)
+  assert prep.image_shape((32, 32, 1)) == (32, 32, 3)
+  prep.check_channels((32, 32, 1))  # Three channels for 'imagenet'.
+  mean, std = (np.array(v) for v in preprocess.MEAN_STD['imagenet'])
+  for out in (prep.eval(tf.constant(grey)).numpy(),
+              prep.train_batch(tf.constant(grey),
+                               tf.constant([[7, 0], [7, 1]], tf.int64))):
+    out = np.asarray(out)
+    assert out.shape == (2, 32, 32, 3)
+    # One grey value per pixel, whatever the channel.
+    np.testing.assert_allclose(out * std + mean, (out * std + mean)[..., :1]
+                               .repeat(3, -1), atol=1e-5)
+  np.testing.assert_allclose(
+      prep.eval(tf.constant(grey)).numpy(),
+      (grey.repeat(3, -1) / 255 - mean) / std, rtol=1e-5, atol=1e-5)
+  rgb = Preprocessing(channels=1).eval(tf.constant(grey.repeat(3, -1)))
+  np.testing.assert_allclose(rgb.numpy(), grey / 255, atol=1e-2)
+
+
 def test_imagenet_crops_have_the_requested_size():
   prep = Preprocessing(augment='imagenet', normalize='imagenet', image_size=48)
   jpeg = tf.constant(_jpeg(90, 60))
