@@ -17,7 +17,8 @@
 #   --timeout=SECONDS        POD_TIMEOUT         longest wait for ACTIVE (default 0: no limit)
 #   --retries=N              POD_RETRIES         run: after a preemption, create, run again (N times)
 #   --detach                                     run: start the command on the workers and return
-#   --dry-run                                    print every gcloud command instead of running it
+#   --dry-run                                    print the gcloud commands instead of running them
+#                                                (run: its command once, and the workers it goes to)
 #   POD_POLL_SECONDS                             seconds between state checks (default 30)
 #   GCLOUD                                       the gcloud binary (default: gcloud on PATH)
 #
@@ -261,22 +262,39 @@ STATUS="cd ${REMOTE_DIR} 2>/dev/null || { echo \"\$(hostname): no code (pod.sh c
 LOGS="cd ${REMOTE_DIR} 2>/dev/null && [ -f logs/run.log ] && tail -n 50 logs/run.log | sed \"s/^/\$(hostname): /\" || echo \"\$(hostname): no log (no run yet)\""
 ATTACH="cd ${REMOTE_DIR} && [ -f logs/run.pid ] || { echo \"pod.sh: no run on \$(hostname)\" >&2; exit 1; }; "'tail -n 50 --pid="$(cat logs/run.pid)" -F logs/run.log 2>/dev/null; echo "pod.sh: the run ended, exit status $(cat logs/run.status 2>/dev/null || echo unknown: stopped)"'
 
+# --dry-run's view of a run: the ssh command once, the workers it goes to
+# (what differs from one to the next), and the command each worker's shell
+# runs, as that shell reads it; not one shell-escaped line per worker.
+show_run() {  # show_run WORKERS COMMAND (WORKERS: hosts per slice, or all)
+  local vm="${TPU_NAME}" vms="TPU VM ${TPU_NAME}" log="worker-N" each="" worker=N
+  if [ "${NODE_COUNT}" -gt 1 ]; then
+    vm="${TPU_NAME}-S" vms="TPU VMs ${TPU_NAME}-S, S = 0 to $((NODE_COUNT - 1))"
+    log="slice-S-worker-N" each=" on each"
+  fi
+  if [ "$1" = all ]; then
+    worker=all
+    echo "pod.sh: dry run: the command below starts the run on every worker (${vms}, --worker=all) and returns:"
+  else
+    echo "pod.sh: dry run: the command below runs on $(($1 * NODE_COUNT)) workers (${vms}, --worker=N, N = 0 to $(($1 - 1))${each}), each one's output to logs/${TPU_NAME}/${log}.log here:"
+  fi
+  echo "gcloud compute tpus tpu-vm ssh ${vm} ${LOCATION[*]} --worker=${worker} --command=\"\$COMMAND\""
+  echo "COMMAND, the same on every worker:"
+  echo "$2"
+}
+
 # Runs COMMAND on every worker and follows them to the end: 0 when every
 # worker's command succeeded.
 run_attached() {  # run_attached WORKERS COMMAND...
   local workers="$1"; shift
   local remote; remote="$(start_script "$@") && ${FOLLOW}"
+  if [ "${DRY_RUN}" = 1 ]; then show_run "${workers}" "${remote}"; return 0; fi
   local log_dir="${ROOT}/logs/${TPU_NAME}" node slice=0 i name
   local pids=() names=() failed=()
-  [ "${DRY_RUN}" = 1 ] || mkdir -p "${log_dir}"
+  mkdir -p "${log_dir}"
   for node in $(nodes); do
     for ((i = 0; i < workers; i++)); do
       name="worker-${i}"
       [ "${NODE_COUNT}" -gt 1 ] && name="slice-${slice}-worker-${i}"
-      if [ "${DRY_RUN}" = 1 ]; then
-        gcloud_do compute tpus tpu-vm ssh "${node}" "${LOCATION[@]}" --worker="${i}" --command="${remote}"
-        continue
-      fi
       if [ "${#pids[@]}" = 0 ]; then  # Worker 0's output is also shown.
         "${GCLOUD}" compute tpus tpu-vm ssh "${node}" "${LOCATION[@]}" --worker="${i}" \
           --command="${remote}" 2>&1 | tee "${log_dir}/${name}.log" &
@@ -288,7 +306,6 @@ run_attached() {  # run_attached WORKERS COMMAND...
     done
     slice=$((slice + 1))
   done
-  [ "${DRY_RUN}" = 1 ] && return 0
   trap 'kill "${pids[@]}" 2>/dev/null; echo "pod.sh: the run goes on on the workers: pod.sh attach follows it, pod.sh stop ends it" >&2; exit 130' INT
   for ((i = 0; i < ${#pids[@]}; i++)); do
     wait "${pids[$i]}" || failed+=("${names[$i]}")
@@ -315,8 +332,9 @@ recreate() {  # recreate STATE
 cmd_run() {
   [ "$#" -gt 0 ] || die "run needs a command: pod.sh run -- python -m recipes.train ..."
   if [ "${DETACH}" = 1 ]; then
+    if [ "${DRY_RUN}" = 1 ]; then show_run all "$(start_script "$@")"; return 0; fi
     ssh_all "$(start_script "$@")" || { echo "pod.sh: error: the run did not start on every worker (see above; pod.sh status)" >&2; exit 1; }
-    [ "${DRY_RUN}" = 1 ] || echo "pod.sh: started on every worker of ${TPU_NAME}, without this terminal: pod.sh status, logs and attach follow it, pod.sh stop ends it"
+    echo "pod.sh: started on every worker of ${TPU_NAME}, without this terminal: pod.sh status, logs and attach follow it, pod.sh stop ends it"
     return 0
   fi
   if [ "${POD_RETRIES}" -gt 0 ]; then  # A retry asks for the slice again.

@@ -78,26 +78,48 @@ def test_dry_run_prints_the_gcloud_commands(args, expected):
     assert 'tpu-vm ssh zoo' in printed and '--worker=all' in printed
 
 
-def test_run_starts_the_command_on_every_worker():
-  result = _dry(*SETTINGS, '--workers=4', 'run', '--', 'python', '-m',
+def test_a_dry_run_shows_the_command_once_with_its_workers():
+  """Four lines whatever the number of workers: which workers, the ssh
+  command with what differs per worker left as N, and the command each
+  worker's shell runs, as it reads it (no escapes)."""
+  result = _dry(*SETTINGS, '--workers=16', 'run', '--', 'python', '-m',
                 'recipes.train', '--config=configs/mnist_pmap.py',
                 '--workdir=gs://bucket/run')
   assert result.returncode == 0, result.stderr
-  lines = [l.replace('\\', '') for l in result.stdout.splitlines()]
-  assert [f'--worker={i}' in l for i, l in enumerate(lines)] == [True] * 4
-  assert all('RECIPES_DISTRIBUTED=1' in l and 'setsid nohup' in l and
-             'python -m recipes.train --config=configs/mnist_pmap.py' in l and
-             'gcloud storage cp logs/run.log gs://bucket/run/logs/' in l
-             for l in lines)
+  workers, ssh, caption, command = result.stdout.splitlines()
+  assert workers == (
+      'pod.sh: dry run: the command below runs on 16 workers (TPU VM zoo, '
+      '--worker=N, N = 0 to 15), each one\'s output to logs/zoo/worker-N.log '
+      'here:')
+  assert ssh == ('gcloud compute tpus tpu-vm ssh zoo --project=proj '
+                 '--zone=us-central2-b --worker=N --command="$COMMAND"')
+  assert caption == 'COMMAND, the same on every worker:'
+  assert '\\' not in command
+  assert ('export RECIPES_DISTRIBUTED=1 && python -m recipes.train '
+          '--config=configs/mnist_pmap.py --workdir=gs://bucket/run ;'
+          ) in command
+  assert 'setsid nohup' in command
+  assert 'gcloud storage cp logs/run.log gs://bucket/run/logs/' in command
+
+  detached = _dry(*SETTINGS, '--detach', 'run', '--', 'python', '-m',
+                  'recipes.train').stdout.splitlines()
+  assert detached[0] == ('pod.sh: dry run: the command below starts the run '
+                         'on every worker (TPU VM zoo, --worker=all) and '
+                         'returns:')
+  assert detached[1].endswith(' --worker=all --command="$COMMAND"')
+  assert len(detached) == 4 and 'setsid nohup' in detached[3]
 
 
 def test_multislice_addresses_every_worker_of_every_slice():
   run = _dry(*SETTINGS, '--node_count=2', '--workers=2', 'run', '--',
              'python', '-m', 'recipes.train')
   assert run.returncode == 0, run.stderr
-  assert [l.split()[5:9] for l in run.stdout.splitlines()] == [
-      ['zoo-0', *LOCATION, '--worker=0'], ['zoo-0', *LOCATION, '--worker=1'],
-      ['zoo-1', *LOCATION, '--worker=0'], ['zoo-1', *LOCATION, '--worker=1']]
+  workers, ssh = run.stdout.splitlines()[:2]
+  assert ('on 4 workers (TPU VMs zoo-S, S = 0 to 1, --worker=N, N = 0 to 1 '
+          'on each), each one\'s output to logs/zoo/slice-S-worker-N.log'
+          ) in workers
+  assert ssh.startswith('gcloud compute tpus tpu-vm ssh zoo-S '
+                        '--project=proj --zone=us-central2-b --worker=N ')
   copy = _dry(*SETTINGS, '--node-count=2', 'copy').stdout.splitlines()
   assert [l.split()[4:6] for l in copy[1:]] == [
       ['scp', '/tmp/jax-model-zoo-zoo.tar.gz'],
