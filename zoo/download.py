@@ -14,13 +14,25 @@ time was retried forever. Here one download makes at most ATTEMPTS requests
 and starts none after SECONDS; then it is one DownloadError (a partial file
 stays in Hugging Face's cache, and the next try resumes it). Bucket reads end
 by gcsfs's own count (6 tries a request).
+
+Without a network a Hub download ends at once: with HF_HUB_OFFLINE set, or
+when a connection to the Hub (HF_ENDPOINT) fails within PROBE_SECONDS, only
+Hugging Face's cache is read, and a file not there is one DownloadError that
+says how to fetch it on a machine with a network and where to put it. While
+a download is under way, huggingface_hub's notice of each retry (twice in a
+command's log: its own handler's and the log's) is dropped; the
+DownloadError says how it ended.
 """
 
 import contextvars
 import hashlib
+import logging
 import os
 import re
+import socket
 import time
+import urllib.parse
+import urllib.request
 
 from etils import epath
 
@@ -30,6 +42,8 @@ _SHA256 = re.compile(r'^[0-9a-f]{64}$')
 # a healthy one makes 2 to 4 requests.
 ATTEMPTS = 10
 SECONDS = 60.0
+# How long a connection to the Hub may take to tell that there is a network.
+PROBE_SECONDS = 5.0
 
 
 class DownloadError(ValueError):
@@ -93,6 +107,9 @@ def fetch(url: str, directory: str, expected_sha256: str | None = None,
   for again in (False, True):
     try:
       path, published_sha256, published_size = get(url, directory, again)
+    except _Offline as e:
+      raise DownloadError(f'cannot download {url}: {e}. {_elsewhere(url)}') \
+          from None
     except _GaveUp as e:
       raise DownloadError(f'cannot download {url}: {e}. {_by_hand(url)}') \
           from None
@@ -126,6 +143,19 @@ def _by_hand(url: str) -> str:
           'load the file with zoo.load_pretrained(NAME, PATH).')
 
 
+def _elsewhere(url: str) -> str:
+  """How to fetch the Hub file `url` without this machine's network, and
+  where to put it so that the next use finds it."""
+  # pylint: disable-next=import-outside-toplevel
+  from huggingface_hub import constants, file_download
+  repo, file = _split_hub(url)
+  folder = file_download.repo_folder_name(repo_id=repo, repo_type='model')
+  cache = os.environ.get('HF_HUB_CACHE') or constants.HF_HUB_CACHE
+  return (f'On a machine with a network run `hf download {repo} {file} '
+          f'--cache-dir hf_cache`, then copy hf_cache/{folder} into {cache} '
+          'here (Hugging Face\'s cache), where the next use finds it.')
+
+
 def _problem(path: str, digests, sizes) -> str | None:
   """What is wrong with the file at `path`, or None."""
   actual = os.path.getsize(path)
@@ -145,19 +175,27 @@ def _from_hub(url: str, directory: str, again: bool):
   """(path, the Hub's SHA-256 of it or None, None) of a Hub file (whose
   size huggingface_hub checks)."""
   del directory  # Hugging Face's cache.
-  import huggingface_hub  # pylint: disable=import-outside-toplevel
-  from huggingface_hub import utils  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  import huggingface_hub
+  # pylint: disable-next=import-outside-toplevel
+  from huggingface_hub import constants, errors, utils
   repo, file = _split_hub(url)
   hooks = utils.get_session().event_hooks['request']
   if _count_request not in hooks:  # Once per (re)created session.
     hooks.append(_count_request)
-  bound = _BOUND.set(_Bound())
+  # The endpoint and cache read now, not when huggingface_hub was imported.
+  endpoint = os.environ.get('HF_ENDPOINT')
+  offline = _offline(endpoint or constants.ENDPOINT)
+  bound = _BOUND.set(_Bound(f'/{repo}/resolve/'))
   try:
-    # The endpoint and cache read now, not when huggingface_hub was imported.
     path = huggingface_hub.hf_hub_download(
-        repo, file, force_download=again,
-        endpoint=os.environ.get('HF_ENDPOINT'),
+        repo, file, force_download=again and not offline,
+        local_files_only=bool(offline), endpoint=endpoint,
         cache_dir=os.environ.get('HF_HUB_CACHE'))
+  except errors.LocalEntryNotFoundError:
+    if offline:
+      raise _Offline(offline) from None
+    raise
   finally:
     _BOUND.reset(bound)
   # In the cache a file is a link to its blob, named by the Hub's ETag:
@@ -166,14 +204,42 @@ def _from_hub(url: str, directory: str, again: bool):
   return path, blob if _SHA256.match(blob) else None, None
 
 
+def _offline(endpoint: str) -> str | None:
+  """Why the Hub at `endpoint` cannot be used now (HF_HUB_OFFLINE, or no
+  connection within PROBE_SECONDS); None: try it."""
+  # pylint: disable-next=import-outside-toplevel
+  from huggingface_hub import constants
+  # huggingface_hub's own rule, with the variable read now.
+  if (constants.is_offline_mode() or
+      os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES',
+                                                       'TRUE')):
+    return 'HF_HUB_OFFLINE is set'
+  address = urllib.parse.urlsplit(endpoint)
+  proxies = urllib.request.getproxies()
+  if ((address.scheme in proxies or 'all' in proxies) and
+      not urllib.request.proxy_bypass(address.hostname)):
+    return None  # The proxy would be probed, not the Hub.
+  port = address.port or (443 if address.scheme == 'https' else 80)
+  try:
+    socket.create_connection((address.hostname, port), PROBE_SECONDS).close()
+  except OSError as e:
+    return f'{endpoint} cannot be reached ({e})'
+  return None
+
+
 class _GaveUp(Exception):
   """A download that reached its bounds (not one huggingface_hub retries)."""
 
 
-class _Bound:
-  """The requests one download has made, and since when."""
+class _Offline(Exception):
+  """No network to download with, and the file not in the cache."""
 
-  def __init__(self):
+
+class _Bound:
+  """The requests one download has made for its file, and since when."""
+
+  def __init__(self, path: str):
+    self.path = path  # Of the file's URL: /REPO/resolve/REVISION/FILE.
     self.start = time.monotonic()
     self.requests = 0
 
@@ -184,11 +250,31 @@ _BOUND: contextvars.ContextVar[_Bound | None] = contextvars.ContextVar(
     'zoo_download_bound', default=None)
 
 
+# huggingface_hub's notices of a retry or a resumed download.
+_RETRY_NOTICES = re.compile(r'thrown while requesting|Retrying in|before '
+                            r'retry|Trying to resume download|Max retries '
+                            r'exceeded')
+
+
+class _QuietRetries(logging.Filter):
+  """Drops huggingface_hub's retry notices while a bounded download is
+  under way (in this thread)."""
+
+  def filter(self, record):
+    return (_BOUND.get() is None or
+            not _RETRY_NOTICES.search(record.getMessage()))
+
+
+for _name in ('huggingface_hub.utils._http', 'huggingface_hub.file_download'):
+  logging.getLogger(_name).addFilter(_QuietRetries())
+
+
 def _count_request(request):
-  """huggingface_hub's request hook: refuses a request past the bounds."""
-  del request
+  """huggingface_hub's request hook: refuses a request for the file past
+  the bounds. Its other requests (once a process: the registry of AI
+  agents its user-agent header names) are not counted."""
   bound = _BOUND.get()
-  if bound is None:
+  if bound is None or bound.path not in request.url.path:
     return
   seconds = time.monotonic() - bound.start
   if bound.requests >= ATTEMPTS or seconds > SECONDS:

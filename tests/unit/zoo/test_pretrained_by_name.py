@@ -5,9 +5,14 @@ afterwards never touches the network. The same from a bucket is in
 tests/integration/test_gcs.py."""
 
 import os
+import re
+import shutil
+import socket
 import threading
 
 import huggingface_hub
+# Read before a test sets HF_HUB_OFFLINE: it keeps what it read at import.
+import huggingface_hub.constants  # pylint: disable=unused-import
 import jax
 import numpy as np
 import pytest
@@ -91,18 +96,6 @@ def test_a_download_damaged_twice_is_one_line_and_caches_nothing(hub):
       pretrained.cache_dir())
 
 
-@pytest.mark.slow  # huggingface_hub retries for about 25 s first.
-def test_no_network_is_one_line_saying_what_to_download(hub):
-  hub.stop()
-  with pytest.raises(download.DownloadError) as raised:
-    zoo.create('resnet18', pretrained='tv_in1k')
-  message = str(raised.value)
-  assert '\n' not in message
-  assert f'download {hub.url}/timm/resnet18.tv_in1k/resolve/main/' \
-         'model.safetensors elsewhere' in message
-  assert 'zoo.load_pretrained(NAME, PATH)' in message
-
-
 def _truncate(path):
   with open(path, 'r+b') as f:
     f.truncate(100)
@@ -170,11 +163,14 @@ CUT_AFTER = 11 << 20
 
 
 def test_a_connection_cut_every_time_ends_in_one_line_saying_what_to_do(
-    hub, monkeypatch):
+    hub, monkeypatch, caplog):
   monkeypatch.setattr(download, 'ATTEMPTS', 4)
   hub.cut_after = CUT_AFTER
-  error = _create_within(60).get('error')
+  with caplog.at_level('WARNING'):
+    error = _create_within(60).get('error')
   assert isinstance(error, download.DownloadError), error
+  # Not a notice of each retry as well: the one line tells how it ended.
+  assert caplog.text == ''
   message = str(error)
   assert '\n' not in message
   assert message.startswith('cannot download hf://timm/resnet18.tv_in1k/'
@@ -201,6 +197,57 @@ def test_a_download_starts_no_request_after_its_time(hub, monkeypatch):
   assert isinstance(error, download.DownloadError), error
   assert 'the connection failed again and again' in str(error)
   assert len(_downloads(hub)) <= 2
+
+
+def _closed_port_url() -> str:
+  """The address of a port nothing listens on: a Hub that cannot be
+  reached."""
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return f'http://127.0.0.1:{s.getsockname()[1]}'
+
+
+# Hugging Face's own retries of a refused connection take about 25 s.
+WITHOUT_A_NETWORK = 10
+
+
+def test_offline_mode_ends_at_once_without_a_request(hub, monkeypatch):
+  monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+  error = _create_within(WITHOUT_A_NETWORK).get('error')
+  assert isinstance(error, download.DownloadError), error
+  assert str(error).startswith(
+      'cannot download hf://timm/resnet18.tv_in1k/model.safetensors: '
+      'HF_HUB_OFFLINE is set. On a machine with a network run `hf download '
+      'timm/resnet18.tv_in1k model.safetensors --cache-dir hf_cache`')
+  assert '\n' not in str(error)
+  assert hub.requests == []
+
+
+def test_without_a_network_it_ends_at_once_saying_how_to_fetch_the_file(
+    hub, tmp_path, monkeypatch, caplog):
+  unreachable = _closed_port_url()
+  monkeypatch.setenv('HF_ENDPOINT', unreachable)
+  with caplog.at_level('WARNING'):
+    error = _create_within(WITHOUT_A_NETWORK).get('error')
+  assert isinstance(error, download.DownloadError), error
+  message = str(error)
+  assert '\n' not in message
+  assert message.startswith(
+      'cannot download hf://timm/resnet18.tv_in1k/model.safetensors: '
+      f'{unreachable} cannot be reached (')
+  assert caplog.text == ''  # No retries to tell of.
+  # As told: `hf download` on a machine with a network (here, the local
+  # Hub), its folder copied into this machine's cache; the next use finds
+  # it there, the Hub still unreachable.
+  told = re.search(r'`hf download (\S+) (\S+) --cache-dir (\S+)`, then copy '
+                   r'(\S+) into (\S+) here', message)
+  repo, file, elsewhere, folder, cache = told.groups()
+  assert cache == os.environ['HF_HUB_CACHE']
+  huggingface_hub.hf_hub_download(repo, file, endpoint=hub.url,
+                                  cache_dir=str(tmp_path / elsewhere))
+  shutil.copytree(tmp_path / folder, os.path.join(cache, os.path.basename(
+      folder)), symlinks=True)
+  _assert_the_files_weights(_create_within(60)['model'], hub.state)
 
 
 def test_unknown_tags_and_models_without_weights_are_one_line():
