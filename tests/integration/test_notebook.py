@@ -2,16 +2,20 @@
 bottom in a Jupyter kernel of this Python as a user runs it: it trains,
 plots, evaluates, and converts and fine-tunes ResNet-18 weights, which a
 local server standing in for the Hugging Face Hub serves (random numbers in
-torchvision's layout)."""
+torchvision's layout). Offline, its cells that need the weights say so and
+skip the rest of their section."""
 
 import asyncio
 import os
 import re
 import sys
 
+import jax
+import jax.numpy as jnp
 import nbformat
 import pytest
 import safetensors.numpy
+from huggingface_hub import constants
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
@@ -20,6 +24,7 @@ from recipes.data import idx
 from tests.convert_helpers import torchvision_resnet18_state_dict
 from tests.helpers import ROOT, command_env
 from tests.hub_server import HubServer
+import zoo
 from zoo import weights
 
 NOTEBOOK = os.path.join(ROOT, 'notebooks', 'quickstart.ipynb')
@@ -39,6 +44,35 @@ def test_the_committed_notebook_has_no_outputs():
   for cell in _code_cells(notebook):
     assert cell.outputs == [] and cell.execution_count is None, cell.source
     assert 'execution' not in cell.metadata, cell.source  # Its times.
+
+
+def _cell_with(notebook, text: str) -> str:
+  """The source of the code cell that contains `text`."""
+  return next(c.source for c in _code_cells(notebook) if text in c.source)
+
+
+def test_offline_the_weights_cells_say_what_to_fetch_and_skip(
+    tmp_path, monkeypatch, capsys):
+  # HF_HUB_OFFLINE=1 as huggingface_hub reads it when the kernel starts.
+  monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', True)
+  monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hf'))
+  monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(tmp_path / 'weights'))
+  notebook = nbformat.read(NOTEBOOK, as_version=4)
+  # Only what the notebook's earlier cells define that these cells need
+  # offline: a cell that trained anyway would fail on a missing name.
+  names = {'zoo': zoo, 'jax': jax, 'jnp': jnp}
+  for text in ("zoo.create('resnet18', pretrained=", 'train.run(finetune'):
+    exec(_cell_with(notebook, text), names)  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.splitlines()
+  assert printed[1:] == [
+      'Skipping the pretrained weights: cannot download '
+      'hf://timm/resnet18.tv_in1k/model.safetensors: HF_HUB_OFFLINE is set. '
+      'On a machine with a network run `hf download timm/resnet18.tv_in1k '
+      'model.safetensors --cache-dir hf_cache`, then copy '
+      'hf_cache/models--timm--resnet18.tv_in1k into '
+      f'{tmp_path / "hf"} here (Hugging Face\'s cache), where the next use '
+      'finds it.',
+      'Skipping the fine-tuning: it starts from the pretrained weights.']
 
 
 def _stream(cell) -> str:
