@@ -277,6 +277,27 @@ def training(config: ml_collections.ConfigDict, num_classes: int,
   return Training(schedule, model, tx, spec, strategy)
 
 
+def resolved(config: ml_collections.ConfigDict, exp: Experiment) -> dict:
+  """The values the run uses for the fields that leave theirs to the data
+  or to other fields (num_train_steps=0: from num_epochs...), for the
+  config a run logs and TensorBoard's hparams.
+
+  Args:
+    config: the run's config.
+    exp: the Experiment built from it.
+
+  Returns:
+    {field: value used}; image_size is the data's own side where the
+    preset keeps the images' size (e.g. 28 for Fashion-MNIST), 'HxW' if
+    they are not square.
+  """
+  height, width = exp.data.image_shape[:2]
+  return {'num_train_steps': exp.num_steps,
+          'eval_batch_size': exp.eval_batch_size,
+          'eval_every_steps': config.eval_every_steps or exp.steps_per_epoch,
+          'image_size': height if height == width else f'{height}x{width}'}
+
+
 def build(config: ml_collections.ConfigDict) -> Experiment:
   """Checks the config against the devices, loads the data, makes the rest.
 

@@ -18,7 +18,7 @@ from clu import periodic_actions
 from recipes import checkpoint, evaluation, experiment
 from recipes.checkpoint import class_names, data_files, resume
 from recipes.config import validation
-from recipes.runtime import preemption, storage, summaries
+from recipes.runtime import preemption, progress, storage, summaries
 from recipes.runtime.dispatch import OneAhead
 from recipes.runtime.errors import UserError
 from recipes.runtime.watchdog import Watchdog
@@ -210,8 +210,9 @@ def _start(config, workdir, exp, mngr, watchdog):
     (storage.path(workdir) / 'config.json').write_text(
         config.to_json_best_effort(indent=2, sort_keys=True))
   writer = summaries.create_writer(config, workdir)
-  if start_step == 0:
-    writer.write_hparams(summaries.hparams(config))
+  if start_step == 0:  # The values the run uses, resolved from the data.
+    writer.write_hparams({**summaries.hparams(config),
+                          **experiment.resolved(config, exp)})
   if start_step < exp.num_steps:
     devices = jax.device_count()
     micro = (f', in {config.grad_accum_steps} micro-batches of '
@@ -250,14 +251,40 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
   validation.check(config)
   if config.mode == 'eval':
     return evaluation.evaluate_checkpoint(config, workdir)
+  began = time.monotonic()
   exp = experiment.build(config)
   # The watchdog also sees the restore and the wait for the last save.
   with Watchdog(config.stall_timeout_seconds) as watchdog:
     watchdog.beat('opening the checkpoints')
     with checkpoint.opened(workdir, config.keep_checkpoints or None) as mngr:
-      summary = _train(config, workdir, exp, mngr, watchdog)
+      summary, steps = _train(config, workdir, exp, mngr, watchdog)
       watchdog.beat('writing the last checkpoint')
+  if summary is not None and jax.process_index() == 0:
+    for line in _finished(config, workdir, exp, steps, summary,
+                          time.monotonic() - began, mngr.directory):
+      logging.info('%s', line)
   return summary
+
+
+def _finished(config, workdir, exp, steps: progress.Progress, summary: dict,
+              seconds: float, checkpoints) -> list[str]:
+  """The lines that end a run: its steps and time, the final metrics, and
+  where the checkpoints and summaries are."""
+  if steps.done > steps.start:
+    done = (f'Done: steps {steps.start + 1:,}-{steps.done:,} of '
+            f'{steps.total:,} in {progress.duration(seconds)} '
+            f'({steps.rates()} while training)')
+  else:  # Resumed from the last checkpoint.
+    done = (f'Done: evaluated step {steps.done:,} (trained before) in '
+            f'{progress.duration(seconds)}')
+  split = exp.eval_splits[experiment.MAIN_EVAL]
+  kept = (f'Checkpoints in {checkpoints} (the last of step {steps.done:,})'
+          if config.checkpoint_every_steps >= 0 else
+          'No checkpoints (checkpoint_every_steps=-1)')
+  return [f'{done}; final accuracy {summary["accuracy"]:.4f} on {split} '
+          f'(loss {summary["loss"]:.4f}).',
+          f'{kept}; summaries in {summaries.directory(workdir)} '
+          f'(tensorboard --logdir={workdir}).']
 
 
 def _train(config, workdir, exp, mngr, watchdog):
@@ -266,9 +293,14 @@ def _train(config, workdir, exp, mngr, watchdog):
   The summary writer is closed however the loop ends, so that what it was
   given reaches its files (a W&B run keeps everything until then)."""
   state, start_step, writer = _start(config, workdir, exp, mngr, watchdog)
+  # Steps/s, images/s and ETA in the log, on process 0.
+  steps = progress.Progress(
+      exp.num_steps, start_step, per_unit=[('images', config.batch_size)],
+      per_epoch=exp.steps_per_epoch, first='the first step (compiling it)',
+      write=logging.info if jax.process_index() == 0 else lambda line: None)
   try:
     summary = _loop(config, workdir, exp, mngr, watchdog, state, start_step,
-                    writer)
+                    writer, steps)
   except BaseException:
     try:
       writer.close()
@@ -278,23 +310,23 @@ def _train(config, workdir, exp, mngr, watchdog):
                       'written.', exc_info=True)
     raise
   writer.close()
-  return summary
+  return summary, steps
 
 
-def _loop(config, workdir, exp, mngr, watchdog, state, start_step, writer):
+def _loop(config, workdir, exp, mngr, watchdog, state, start_step, writer,
+          steps):
   """The steps, evaluations and saves of `_train`, from `state` at
-  `start_step`; the final eval summary, or None when stopped early."""
+  `start_step`, their progress told to `steps`; the final eval summary, or
+  None when stopped early."""
   num_steps, strategy = exp.num_steps, exp.strategy
   eval_every = config.eval_every_steps or exp.steps_per_epoch
   save_every = config.checkpoint_every_steps  # 0: only at the end; -1: never.
-  progress = periodic_actions.ReportProgress(num_train_steps=num_steps,
-                                             every_secs=30)
   train_summaries = TrainSummaries(exp, writer, config.log_every_steps,
                                    start_step, state.skips_nonfinite_updates)
   profile = _profiler(config, workdir, start_step, num_steps)
 
   def evaluate(step, state, should_stop=lambda: False):
-    with progress.timed('eval'):
+    with steps.paused():
       return evaluation.evaluate_and_write(exp, state, writer, step, watchdog,
                                            should_stop)
 
@@ -305,7 +337,7 @@ def _loop(config, workdir, exp, mngr, watchdog, state, start_step, writer):
       # The summaries up to here, before the checkpoint a resumed run starts
       # after: a kill then loses none of them (one file per save at most).
       writer.flush()
-      with progress.timed('checkpoint'):
+      with steps.paused():
         checkpoint.save(mngr, step, strategy.to_checkpoint(state))
 
   batches = strategy.place_batches(exp.data.train_batches(
@@ -336,8 +368,7 @@ def _loop(config, workdir, exp, mngr, watchdog, state, start_step, writer):
       checkpoint.check_saved(mngr)  # A failed save stops the run at once.
       last = step == num_steps
       train_summaries.add(step, metrics)
-      if jax.process_index() == 0:
-        progress(step)  # Steps/s and ETA, once in the log.
+      steps.update(step)
       if profile:
         profile(step)
 

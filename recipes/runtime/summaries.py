@@ -67,8 +67,7 @@ def create_writer(config: ml_collections.ConfigDict,
   """
   if jax.process_index() > 0:
     return metric_writers.MultiWriter([])
-  writers = [metric_writers.LoggingWriter(),
-             EventFileWriter(directory(workdir))]
+  writers = [TrainLog(), EventFileWriter(directory(workdir))]
   if config.wandb_project:
     writers.append(wandb_writer.create(config, workdir))
   return metric_writers.AsyncMultiWriter(writers)
@@ -93,6 +92,18 @@ def hparams(config: ml_collections.ConfigDict, prefix: str = '') -> dict:
       scalar = isinstance(value, (bool, int, float, str))
       flat[prefix + key] = value if scalar else str(value)
   return flat
+
+
+class TrainLog(metric_writers.LoggingWriter):
+  """CLU's log lines of the summaries (`[STEP] train/loss=...`), less the
+  eval ones: recipes/evaluation.py logs each evaluation in a line of its
+  own, with the split and its size."""
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    scalars = {tag: value for tag, value in scalars.items()
+               if not tag.startswith('eval')}
+    if scalars:
+      super().write_scalars(step, scalars)
 
 
 class EventFileWriter(scalar_writer.ScalarWriter):

@@ -54,7 +54,7 @@ def test_a_resumed_run_reads_its_steps_from_the_cache(data_dir, tmp_path):
   first = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   for line in first.stdout:
-    if 'eval/accuracy=' in line:  # Both steps compiled.
+    if ': eval loss ' in line:  # Both steps compiled.
       first.send_signal(signal.SIGTERM)  # Saves, and stops.
       break
   output, _ = first.communicate(timeout=120)
