@@ -43,7 +43,7 @@ from recipes.aot import analysis, chips, topology
 from recipes.config import command_line, validation
 from recipes.data import dataset, datasets
 from recipes.parallel import strategy as strategies
-from recipes.runtime import errors, storage
+from recipes.runtime import errors, progress, storage
 from recipes.runtime.errors import UserError
 
 # pylint: enable=wrong-import-position
@@ -137,20 +137,23 @@ def compile_step(strategy, step: str, batch_size: int,
   Returns:
     The compiled step's report.
   """
-  start = time.perf_counter()
-  lowered = strategy.lower(step, dataset.batch_shapes(batch_size, shape,
-                                                      step == 'eval'))
-  try:
-    compiled = lowered.compile()
-  except jax.errors.JaxRuntimeError as e:
-    if 'RESOURCE_EXHAUSTED' not in str(e):
-      raise
-    # XLA's own plan already exceeds the chip's memory.
-    raise OutOfMemory(step, batch_size,
-                      str(e).split('RESOURCE_EXHAUSTED: ')[-1].split('\n')[0]
-                      ) from None
-  seconds = time.perf_counter() - start
   grid, axes = _device_grid(strategy)
+  start = time.perf_counter()
+  # Minutes for a large model: the log says what is compiling, and how long
+  # it has taken so far.
+  with progress.phase(f'Compiling the {step} step at batch {batch_size} for '
+                      f'{grid.size} chips'):
+    lowered = strategy.lower(step, dataset.batch_shapes(batch_size, shape,
+                                                        step == 'eval'))
+    try:
+      compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:
+      if 'RESOURCE_EXHAUSTED' not in str(e):
+        raise
+      # XLA's own plan already exceeds the chip's memory.
+      raise OutOfMemory(step, batch_size, str(e).split(
+          'RESOURCE_EXHAUSTED: ')[-1].split('\n')[0]) from None
+  seconds = time.perf_counter() - start
   return StepReport(step, batch_size, seconds, analysis.memory(compiled),
                     analysis.cost(compiled),
                     analysis.collectives(compiled.as_text(), grid, axes))
@@ -281,6 +284,9 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
   validation.check(config)
   slice_ = chips.parse(topology_name)
   chip = slice_.chip
+  logging.info('Compiling %s for %d x %s: the train step, then the eval '
+               'step%s.', name or 'the config', num_slices, slice_.name,
+               ', then the largest batch that fits' if max_batch else '')
   devices = topology.devices(slice_, num_slices)
   eval_batch_size = experiment.check_batch_sizes(config, len(devices))
   num_classes, shape = input_shape(config)
