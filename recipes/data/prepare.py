@@ -36,7 +36,7 @@ import numpy as np
 
 from recipes.data import array_records, idx
 from recipes.data.examples import EncodedSource, Examples
-from recipes.runtime import lease, library_noise, storage
+from recipes.runtime import lease, library_noise, progress, storage
 from recipes.runtime.errors import UserError, describe, shorten
 
 PROGRESS = 'prepare-progress.jsonl'
@@ -44,7 +44,6 @@ PROGRESS = 'prepare-progress.jsonl'
 LEASE = lease.Holder('prepare.lease', 'prepare', 'DST', 'give another DST')
 PARTIAL = '.partial'  # A shard being written: `NAME.array_record.partial`.
 DEFAULT_EXAMPLES_PER_SHARD = 1000
-PROGRESS_SECONDS = 5.0  # The most often a progress line is written.
 _READ_CHUNK = 256  # Examples read from the source at once.
 # Fashion-MNIST's classes, in label order (as TFDS names them).
 _SIGNATURES = ((b'\xff\xd8\xff', 'JPEG'), (b'\x89PNG\r\n\x1a\n', 'PNG'))
@@ -208,9 +207,14 @@ def write(source: EncodedSource, dst: str, examples_per_shard: int = (
       _remove(root / (name + PARTIAL))  # Left by a stopped run.
 
     todo = [s for s in plan if not _intact(root, s, finished.get(s.file))]
-    progress = _Progress(sum(s.stop - s.start for s in todo))
+    began = time.monotonic()
+    # Examples written, their rate and the ETA on stderr.
+    counter = progress.Progress(
+        sum(s.stop - s.start for s in todo), label='examples',
+        unit='examples', write=lambda line: print(line, file=sys.stderr,
+                                                  flush=True))
     for shard in todo:
-      record = _write_shard(root, shard, source, progress)
+      record = _write_shard(root, shard, source, counter)
       before = finished.get(shard.file)
       if complete and before and before['sha256'] != record['sha256']:
         _remove(root / shard.file)
@@ -226,8 +230,8 @@ def write(source: EncodedSource, dst: str, examples_per_shard: int = (
       _write_json(root / array_records.MANIFEST, manifest)
       _remove(root / PROGRESS)
     _fsync_dir(root)
-    return Written(manifest, len(todo), progress.done,
-                   time.monotonic() - progress.started)
+    return Written(manifest, len(todo), counter.done,
+                   time.monotonic() - began)
 
 
 def _check_settings(examples_per_shard: int, splits: Sequence[str]):
@@ -422,7 +426,7 @@ def _intact(root, shard: _Shard, record: dict[str, Any] | None) -> bool:
 
 
 def _write_shard(root, shard: _Shard, source: EncodedSource,
-                 progress: '_Progress') -> dict[str, Any]:
+                 counter: progress.Progress) -> dict[str, Any]:
   """Writes one shard under its temporary name, then renames it.
 
   Returns:
@@ -453,7 +457,7 @@ def _write_shard(root, shard: _Shard, source: EncodedSource,
           raise OSError(f'the ArrayRecord writer of {partial} failed')
       except Exception as e:  # pylint: disable=broad-except
         raise _write_failed(root, e) from None
-      progress.update(len(indices))
+      counter.update(counter.done + len(indices))
     try:
       closed = True
       writer.close()  # Writes what is buffered, and the index.
@@ -551,34 +555,6 @@ def _manifest(settings: dict[str, Any], plan: list[_Shard],
           'source': settings['source'], 'data_dir': settings['data_dir'],
           'examples_per_shard': settings['examples_per_shard'],
           'class_names': settings['class_names'], 'splits': splits}
-
-
-class _Progress:
-  """A line on stderr at most every PROGRESS_SECONDS: done, rate, ETA."""
-
-  def __init__(self, total: int):
-    self.total, self.done = total, 0
-    self.started = self._last = time.monotonic()
-
-  def update(self, n: int):
-    self.done += n
-    now = time.monotonic()
-    if now - self._last >= PROGRESS_SECONDS and self.done < self.total:
-      self._last = now
-      rate = self.rate()
-      eta = (self.total - self.done) / rate if rate else 0
-      print(f'{self.done:,}/{self.total:,} examples '
-            f'({100 * self.done // self.total}%), {rate:,.0f} examples/s, '
-            f'ETA {_duration(eta)}', file=sys.stderr, flush=True)
-
-  def rate(self) -> float:
-    elapsed = time.monotonic() - self.started
-    return self.done / elapsed if elapsed > 0 else 0.0
-
-
-def _duration(seconds: float) -> str:
-  seconds = int(round(seconds))
-  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
 
 def _size(n: int) -> str:
