@@ -118,14 +118,26 @@ def _num_classes(src: str, name: str, kwargs: dict) -> int:
 def _variables(src: str, name: str, kwargs: dict) -> dict:
   """The model's variables as saved at `src`, as numpy arrays."""
   device = jax.sharding.SingleDeviceSharding(jax.devices('cpu')[0])
+  shapes = target_shapes(name, kwargs)
   target = {k: jax.ShapeDtypeStruct(v, jnp.float32, sharding=device)
-            for k, v in target_shapes(name, kwargs).items()}
+            for k, v in shapes.items()}
   loaded, missing = resume.load_params(
       src, traverse_util.unflatten_dict(target, sep='/'))
   if missing:
-    raise UserError(f'the checkpoint at {src} has no {missing[0]} of the '
-                    f'shape {name} needs (and {len(missing) - 1} more): '
-                    'another model?')
+    first = missing[0]
+    saved = resume.saved_shapes(resume.step_directory(src)).get(first)
+    if saved is None:
+      raise UserError(f'the checkpoint at {src} has no {first} of the '
+                      f'shape {name} needs (and {len(missing) - 1} more): '
+                      'another model?')
+    needed = shapes[first]
+    grey = len(saved) == 4 and saved[-2] == 1 and needed[-2] == 3
+    why = (': the run trained on grey (1-channel) images and the original '
+           'takes RGB; train with --config.image_channels=3 (grey images '
+           'repeated to RGB) to export it.' if grey else
+           ', so it cannot be written as one (other model options?).')
+    raise UserError(f'the checkpoint at {src} holds {first} of shape {saved} '
+                    f'where the original {name} has {needed}{why}')
   return traverse_util.unflatten_dict(
       {k: np.asarray(v) for k, v in loaded.items()}, sep='/')
 
