@@ -15,6 +15,7 @@ import optax
 from absl import logging
 
 import zoo
+from recipes.config import pretrained
 from recipes.core import optimizers, state_spec
 from recipes.core.state_spec import StateSpec
 from recipes.core.train_state import UpdateRules
@@ -103,23 +104,8 @@ def _warn_once(message: str):  # create_model runs more than once a run.
   logging.warning(message)
 
 
-def pretrained_weights(config: ml_collections.ConfigDict):
-  """The converted weights `config.pretrained` names (downloaded the first
-  time), at the image size of config.model_kwargs where it sets one.
-
-  Args:
-    config: the run's config: model, model_kwargs, pretrained.
-
-  Returns:
-    The zoo.convert.Converted weights.
-
-  Raises:
-    ValueError: an unknown tag, a failed download (one line saying what to
-      download by hand) or conversion.
-  """
-  return zoo.pretrained.published(
-      config.model, config.pretrained,
-      image_size=config.model_kwargs.to_dict().get('image_size'))
+# The converted weights config.pretrained names (recipes/config/).
+pretrained_weights = pretrained.converted
 
 
 def update_rules(config: ml_collections.ConfigDict) -> UpdateRules:
@@ -220,7 +206,7 @@ def preprocessing(config: ml_collections.ConfigDict) -> Preprocessing:
       config.augment, config.normalize, config.image_size,
       randaugment_layers=config.randaugment_layers,
       randaugment_magnitude=config.randaugment_magnitude,
-      crop_area_min=config.crop_area_min)
+      crop_area_min=config.crop_area_min, channels=config.image_channels)
 
 
 def encoded_options(config: ml_collections.ConfigDict

@@ -17,7 +17,7 @@ from clu import periodic_actions
 
 from recipes import checkpoint, evaluation, experiment
 from recipes.checkpoint import class_names, data_files, resume
-from recipes.config import validation
+from recipes.config import pretrained, validation
 from recipes.runtime import preemption, progress, storage, summaries
 from recipes.runtime.dispatch import OneAhead
 from recipes.runtime.errors import UserError
@@ -253,6 +253,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     return evaluation.evaluate_checkpoint(config, workdir)
   began = time.monotonic()
   exp = experiment.build(config)
+  pretrained.warn_size(config, exp.data.image_shape)
   # The watchdog also sees the restore and the wait for the last save.
   with Watchdog(config.stall_timeout_seconds) as watchdog:
     watchdog.beat('opening the checkpoints')

@@ -9,6 +9,10 @@ import hashlib
 import http.server
 import threading
 
+import safetensors.numpy
+
+from tests.convert_helpers import torchvision_resnet18_state_dict
+
 
 class HubServer:
   """Serves {'owner/name/file': bytes} at `url` on a thread until `stop`."""
@@ -68,3 +72,19 @@ class HubServer:
   def stop(self):
     self._httpd.shutdown()
     self._httpd.server_close()
+
+
+def serve_resnet18(tmp_path, monkeypatch) -> tuple['HubServer', dict]:
+  """resnet18.tv_in1k (random numbers, torchvision's names) served to zoo's
+  downloads (HF_ENDPOINT), the Hub's and zoo's caches under `tmp_path`.
+
+  Returns:
+    (the server, to `stop()` after; the state dict it serves).
+  """
+  state = torchvision_resnet18_state_dict()
+  hub = HubServer({'timm/resnet18.tv_in1k/model.safetensors':
+                   safetensors.numpy.save(state)})
+  monkeypatch.setenv('HF_ENDPOINT', hub.url)
+  monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hf'))
+  monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(tmp_path / 'zoo'))
+  return hub, state

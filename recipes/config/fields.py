@@ -111,7 +111,8 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               "(python -m zoo lists them), downloaded once and kept "
               "converted in ~/.cache/jax-model-zoo/weights. The options the "
               "weights fix (e.g. a ViT's GELU) are set unless model_kwargs "
-              "sets them; a new head keeps its initialization. Ignored when "
+              "sets them, and image_channels and normalize as they were "
+              "trained; a new head keeps its initialization. Ignored when "
               "resuming; not with init_from."),
     ),
     'data': (
@@ -136,9 +137,10 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'images in memory when small and the preset keeps their size); '
               'memory or stream force it.'),
         Field('image_channels', 0, int_choice(*image_codec.CHANNELS),
-              'Your own images become 1 (grey) or 3 (RGB) channels, '
-              'whatever their mode; 0 = grey if the first training image '
-              'is grey, else RGB.'),
+              'Images become 1 (grey) or 3 (RGB) channels, whatever their '
+              'mode; 0 = as stored (your own images: grey if the first '
+              "training image is grey, else RGB); with pretrained, the "
+              "weights' (3: grey images repeated)."),
         Field('allow_changed_data', False, BOOLEAN,
               'Resume or evaluate a workdir although the files of its image '
               'folder were added, removed or changed size since they were '
@@ -161,7 +163,8 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               '(random crop of decoded images resized to image_size).'),
         Field('normalize', '', choice('', *preprocess.MEAN_STD),
               "'' | cifar10 | imagenet (per-channel mean/std) | "
-              "minus_one_to_one (values in [-1, 1])."),
+              "minus_one_to_one (values in [-1, 1]); with pretrained, '' "
+              "is the weights' own."),
         Field('image_size', 224, integer(1),
               'The side of the images the imagenet and finetune presets '
               'produce.'),

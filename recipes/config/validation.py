@@ -10,7 +10,7 @@ where those are known, also before training starts.
 
 import ml_collections
 
-from recipes.config import fields
+from recipes.config import fields, pretrained
 from recipes.config.fields import FIELDS
 from recipes.core import optimizers
 from recipes.runtime.errors import UserError
@@ -25,6 +25,10 @@ CHECKED_ELSEWHERE = tuple(name for name, field in FIELDS.items()
 
 def check(config: ml_collections.ConfigDict):
   """Checks every field of `config`, and the fields that go together.
+
+  With config.pretrained, also sets the fields its weights fix where the
+  config leaves them open (recipes/config/pretrained.py), so that what is
+  logged and saved is what the run uses.
 
   Args:
     config: the run's config, as a config file and overrides made it.
@@ -60,3 +64,4 @@ def check(config: ml_collections.ConfigDict):
   # A length in epochs (num_train_steps=0) is checked once the data's size
   # is known (recipes/experiment.py).
   optimizers.check_warmup(config, config.num_train_steps)
+  pretrained.apply(config)  # Last: it may download the weights.

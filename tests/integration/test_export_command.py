@@ -18,7 +18,8 @@ from recipes import loop
 from recipes.checkpoint import resume, store
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
-from tests.helpers import tiny_config, write_png_folder
+from tests.helpers import tiny_config, write_fashion_mnist, write_png_folder
+from tests.hub_server import serve_resnet18
 from zoo import convert
 from zoo.convert.transfer import target_shapes
 
@@ -93,6 +94,34 @@ def test_a_trained_run_exports_its_latest_checkpoint(tmp_path, capsys):
   assert code == 0, err
   assert (open(dst, 'rb').read() ==
           open(tmp_path / 'step.safetensors', 'rb').read())
+
+
+@pytest.mark.slow  # Trains ResNet-18 for a step first.
+def test_a_run_fine_tuned_from_a_tag_on_grey_images_exports(tmp_path, capsys,
+                                                            monkeypatch):
+  """--config.pretrained on Fashion-MNIST's 28x28 grey images: they become
+  RGB, so the weights' first convolution is trained (not dropped), the
+  config.json says so, and the run is a torchvision ResNet-18 again."""
+  hub, state = serve_resnet18(tmp_path, monkeypatch)
+  (tmp_path / 'data').mkdir()
+  write_fashion_mnist(str(tmp_path / 'data'), num_train=16, num_test=8)
+  workdir = str(tmp_path / 'work')
+  try:
+    loop.train_and_evaluate(tiny_config(
+        model='resnet18', pretrained='tv_in1k', dataset='fashion_mnist_idx',
+        data_dir=str(tmp_path / 'data'), batch_size=8, num_train_steps=1,
+        eval_every_steps=1, learning_rate=0.0), workdir)
+  finally:
+    hub.stop()
+  saved = json.loads((tmp_path / 'work' / 'config.json').read_text())
+  assert (saved['image_channels'], saved['normalize']) == (3, 'imagenet')
+  dst = str(tmp_path / 'run.safetensors')
+  code, _, err = _export(capsys, '--to=torchvision', workdir, dst)
+  assert code == 0, err
+  back = safetensors.numpy.load_file(dst)
+  # The weights' own first convolution, trained at learning rate 0.
+  np.testing.assert_array_equal(back['conv1.weight'], state['conv1.weight'])
+  assert back['fc.weight'].shape == (10, 512)
 
 
 def _abstract(array):

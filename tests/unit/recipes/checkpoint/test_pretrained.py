@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import safetensors.numpy
 import tensorflow_datasets as tfds
 from flax import traverse_util
 
@@ -33,7 +32,7 @@ from tests.convert_helpers import (GoogleViT, google_vit_npz,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits)
 from tests.helpers import ROOT, command_env, small_disk, write_fashion_mnist
-from tests.hub_server import HubServer
+from tests.hub_server import serve_resnet18
 from zoo import convert
 
 SIZES = GoogleViT()
@@ -206,12 +205,7 @@ def test_init_from_puts_the_converted_weights_into_the_train_state(
 @pytest.mark.slow  # Builds and initializes a ResNet-18 run: about 20 s.
 def test_pretrained_puts_the_published_weights_into_the_train_state(
     tmp_path, monkeypatch, caplog):
-  state_dict = torchvision_resnet18_state_dict()
-  hub = HubServer({'timm/resnet18.tv_in1k/model.safetensors':
-                   safetensors.numpy.save(state_dict)})
-  monkeypatch.setenv('HF_ENDPOINT', hub.url)
-  monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hf'))
-  monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(tmp_path / 'zoo'))
+  hub, state_dict = serve_resnet18(tmp_path, monkeypatch)
   try:  # Building the run downloads and converts the weights ...
     config, exp = _resnet18_run(monkeypatch, pretrained='tv_in1k')
   finally:
