@@ -13,3 +13,9 @@ layers below it (tests/unit/test_architecture.py):
 
 bench/ (python -m recipes.bench) times the layers above it from the outside.
 """
+
+# Every command (python -m recipes.X) runs this first, before JAX starts its
+# backends.
+from recipes.runtime import library_noise
+
+library_noise.skip_tpu_where_there_is_none()

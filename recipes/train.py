@@ -100,7 +100,6 @@ def run(config, workdir: str | None, use_distributed: bool = False,
     in_memory.hide_accelerators_from_tensorflow()
     compilation_cache.use(config.compilation_cache_dir)
     distributed.initialize(use_distributed)
-    library_noise.start_jax_backends()
     if workdir is None:
       workdir = _new_workdir(config_name)
       if jax.process_index() == 0:

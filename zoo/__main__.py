@@ -4,7 +4,10 @@ shape, family and the tags of its published weights (zoo/weights.py).
     python -m zoo
 """
 
+import os
 from typing import Callable, Iterable
+
+import jax
 
 import zoo
 from zoo import weights
@@ -36,6 +39,11 @@ def table(names: Iterable[str],
 
 def main():
   """Prints the table of every registered model."""
+  # Shapes and counts only, the same on any platform: the CPU gives them
+  # without taking a GPU's memory, or a TPU from a run (and without libtpu's
+  # start-up block on machines that have none).
+  if not os.environ.get('JAX_PLATFORMS'):
+    jax.config.update('jax_platforms', 'cpu')
   print(table(zoo.list_models()))
 
 

@@ -9,7 +9,7 @@ import json
 import sys
 
 from recipes.bench import step
-from recipes.runtime import library_noise, storage
+from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
 
@@ -24,7 +24,6 @@ def main(argv: list[str] | None = None) -> dict:
     `--json` if given. A UserError exits with its message instead.
   """
   args = step.parse_args(argv)
-  library_noise.start_jax_backends()
   try:
     if args.input_only:
       # Only this mode needs TensorFlow; the step bench runs without it.

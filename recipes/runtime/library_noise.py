@@ -5,10 +5,15 @@
   absl::InitializeLog() ..."), before any setting can stop them: TensorFlow
   2.21 shows them whatever TF_CPP_MIN_LOG_LEVEL says. `import_tensorflow`
   loads it with stderr caught and passes on every other line.
-- libtpu, where it is installed on a machine without TPUs (to compile for
-  a TPU slice, recipes/compile.py), writes a block to stderr when JAX
-  starts its backends, saying it found no TPU: `start_jax_backends` starts
-  them with stderr caught and passes on every other line.
+- libtpu, where it is installed on a machine without TPUs (the `tpu`
+  extra, to compile for a TPU slice: recipes/compile.py), writes a block
+  to stderr each time it is loaded, saying it found no TPU (E0000 ...
+  INVALID_ARGUMENT ... TPU_WORKER_HOSTNAMES), before any of its log
+  settings (TPU_MIN_LOG_LEVEL, TPU_STDERR_LOG_LEVEL) are read.
+  `skip_tpu_where_there_is_none` keeps JAX from loading it to look for
+  TPUs where JAX found none (every command runs it: recipes/__init__.py);
+  `stderr_without_no_tpu_notices` drops the block where the compile loads
+  libtpu for a slice's compile-only devices (recipes/aot/topology.py).
 - JAX logs at INFO each backend it could not start ("Unable to initialize
   backend 'tpu'"), orbax every checkpoint read and write, optax a warmup of
   zero steps, CLU's platform an "artifact" for each profile trace:
@@ -30,6 +35,7 @@ import sys
 import tempfile
 
 import jax
+import jax.extend
 
 _TENSORFLOW_NOTICES = re.compile(
     r'All log messages before absl::InitializeLog\(\) is called are written '
@@ -85,11 +91,29 @@ def stderr_without_no_tpu_notices():
   return _stderr_without(_NO_TPU_NOTICES)
 
 
-def start_jax_backends():
-  """Starts JAX's backends (after jax.distributed, if used) without
-  libtpu's notice that this machine has no TPU."""
-  with stderr_without_no_tpu_notices():
-    jax.devices()
+def skip_tpu_where_there_is_none():
+  """Keeps JAX from loading libtpu to look for TPUs on a machine where it
+  found none.
+
+  `import jax` decides whether this is a Cloud TPU VM (TPU chips on the PCI
+  bus, or JAX_FORCE_TPU_INIT) and there sets jax_platforms to 'tpu,cpu'.
+  Elsewhere, unless the user names the platforms (JAX_PLATFORMS), JAX still
+  tries every backend it knows when it starts them, the TPU's too: libtpu
+  loads (about 1.5 s), writes its block and finds nothing. Here that backend
+  fails at once, as JAX's CUDA backend does on a machine without an NVIDIA
+  GPU; JAX logs it at INFO. Compiling for a TPU slice (recipes/aot/) asks
+  libtpu for its devices another way, which this leaves alone.
+  """
+  if jax.config.jax_platforms:  # A TPU VM, or the user's choice.
+    return
+
+  def no_tpu():
+    raise RuntimeError('JAX found no TPU on this machine (JAX_PLATFORMS=tpu '
+                       'makes it load libtpu all the same)')
+
+  # JAX's own priority and leniency for the TPU backend (xla_bridge.py).
+  jax.extend.backend.register_backend_factory('tpu', no_tpu, priority=300,
+                                              fail_quietly=True)
 
 
 def _package_dirs(*names: str) -> tuple[str, ...]:

@@ -9,11 +9,14 @@ import subprocess
 import sys
 
 import ml_collections
+import numpy as np
 import pytest
 
 import zoo
+from recipes.aot import topology
 from recipes.config import defaults as default
 from recipes.parallel import partition_rules
+from tests.convert_helpers import GoogleViT, google_vit_npz
 from tests.helpers import ROOT, saved_params, write_fashion_mnist
 
 BASH = shutil.which('bash')
@@ -193,6 +196,32 @@ def test_tensorflow_notices_are_dropped_and_its_warnings_kept(tmp_path):
   assert result.returncode == 0, result.stderr
   assert result.stdout == 'imported\n'
   assert result.stderr == 'W0000 00:00:1.3 7 gpu.cc:1] a real warning\n'
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not topology.have_libtpu(),
+                    reason="libtpu is not installed: pip install -e '.[tpu]'")
+def test_libtpu_stays_quiet_where_there_is_no_tpu(tmp_path):
+  """With the README's `.[tpu]` installed on a machine without TPUs, in a
+  user's environment: a command of the recipes (a conversion) and of the zoo
+  (its table, here of one model whose row starts JAX's backends) write
+  nothing to stderr; libtpu, loaded to look for TPUs, wrote a block there
+  (E0000 ... INVALID_ARGUMENT ...)."""
+  np.savez(tmp_path / 'vit.npz',
+           **google_vit_npz(GoogleViT(patch=4, grid=7), 'vit_jax'))
+  commands = {
+      'convert': ['-m', 'recipes.convert', '--source=big_vision',
+                  str(tmp_path / 'vit.npz'), str(tmp_path / 'converted')],
+      'zoo': ['-c', "import runpy, zoo; zoo.list_models = lambda: ['dinov2_s14']; "
+              "runpy.run_module('zoo', run_name='__main__')"]}
+  for name, args in commands.items():
+    result = subprocess.run([sys.executable, *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env=_user_env())
+    assert result.returncode == 0, (name, result.stderr[-3000:])
+    assert result.stderr == '', (name, result.stderr[-3000:])
+    assert result.stdout.startswith(
+        {'convert': 'Converted ', 'zoo': 'model '}[name]), result.stdout
 
 
 def _field_lines(text: str) -> dict[str, str]:
