@@ -296,8 +296,8 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
     ),
     'log': (
         Field('log_every_steps', 100, integer(1),
-              'Train metrics and progress (steps/s, ETA) every this many '
-              'steps.'),
+              'Train metrics (loss, accuracy, steps/s) every this many '
+              'steps; the progress line (ETA) comes every 20 s.'),
         Field('eval_every_steps', 0, integer(0, note=' (0 = once per epoch)'),
               'Evaluate every this many steps; 0 = once per epoch.'),
         Field('profile_steps', 0, integer(0, note=' (0 = no trace)'),
