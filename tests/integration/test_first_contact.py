@@ -144,8 +144,8 @@ def _train(*flags, cwd=ROOT, env=None, timeout=300):
 
 # A log record: severity, date, time, thread, file:line].
 _RECORD = re.compile(r'^([IWEF])\d{4} [\d:.]+ +\d+ ([\w.]+):\d+\] ')
-# CLU's summaries, parameter table and progress are the run's own lines.
-_CLU_FILES = {'logging_writer.py', 'parameter_overview.py', 'local.py'}
+# CLU's summaries and parameter table are the run's own lines.
+_CLU_FILES = {'logging_writer.py', 'parameter_overview.py'}
 
 
 @pytest.mark.slow
@@ -153,7 +153,10 @@ def test_the_first_screen_is_ours(tmp_path):
   """A run's whole log, in a user's environment (JAX looks for TPUs and
   GPUs, TensorFlow loads its oneDNN kernels, orbax writes a checkpoint):
   every INFO line comes from the recipes or CLU, and every other line
-  continues one of those (tables)."""
+  continues one of those (tables). Among them: the progress line, each
+  evaluation once, the closing summary, and the config as the run uses it
+  (CLU's progress went to a logger the log leaves out; the evaluation came
+  twice; image_size said 224 for 28x28 images)."""
   write_fashion_mnist(str(tmp_path), num_train=64, num_test=16)
   result = _train('--config=configs/fashion_mnist_pmap.py',
                   f'--workdir={tmp_path / "work"}',
@@ -175,6 +178,26 @@ def test_the_first_screen_is_ours(tmp_path):
   assert re.match(r'I.* train\.py:\d+\] JAX ', lines[0]), lines[0]
   assert 'Training cnn on fashion_mnist_idx' in result.stderr
   assert os.listdir(tmp_path / 'work' / 'checkpoints') == ['4']
+  _assert_progress_and_summary(result.stderr, tmp_path / 'work')
+
+
+def _assert_progress_and_summary(log: str, workdir):
+  """The lines a user reads to follow and end a 4-step run (16 of 64
+  images a step, evaluated on 16)."""
+  assert re.search(r'progress\.py:\d+\] step 1/4 \(25%, epoch 0\.2/1\) · the '
+                   r'first step \(compiling it\) took \S+$', log, re.M), log
+  rates = re.compile(r'step [\d,]+/4 \(\d+%, epoch [\d.]+/1\) · [\d.,]+ '
+                     r'steps/s · [\d.,]+ images/s · ETA \S+$')
+  for line in re.findall(r'progress\.py:\d+\] (.*)', log):
+    assert line.startswith('step 1/4 ') or rates.match(line), line
+  assert re.search(r'\] Done: steps 1-4 of 4 in \S+ \([\d.,]+ steps/s · '
+                   r'[\d.,]+ images/s while training\); final accuracy '
+                   r'[\d.]+ on test \(loss [\d.]+\)\.$', log, re.M), log
+  assert (f'] Checkpoints in {workdir}/checkpoints (the last of step 4); '
+          f'summaries in {workdir}/summaries') in log, log
+  assert len(re.findall(r'step 4: eval loss ', log)) == 1, log
+  assert 'eval/accuracy=' not in log, log
+  assert "'image_size': 28," in log, log
 
 
 @pytest.mark.slow
