@@ -120,7 +120,8 @@ def num_params(name: str, input_shape: tuple[int, ...] | None = None,
 def _model_and_input(name, input_shape, kwargs):
   input_shape = tuple(input_shape or registry.input_shape(name, **kwargs))
   return (registry.create(name, **kwargs),
-          jax.ShapeDtypeStruct((1, *input_shape), jnp.float32))
+          jax.ShapeDtypeStruct((1, *input_shape),
+                               registry.spec(name).input_dtype))
 
 
 def _abstract_variables(model, x):

@@ -118,19 +118,36 @@ def batch_norm(*, zero_scale: bool = False, **kwargs) -> nn.BatchNorm:
                       **kwargs)
 
 
-def layer_norm(**kwargs) -> nn.LayerNorm:
+def layer_norm(*, epsilon: float = 1e-6, **kwargs) -> nn.LayerNorm:
   """nn.LayerNorm (statistics in float32 under bfloat16, as Flax does).
 
   Args:
+    epsilon: added to the variance (1e-6; PyTorch's default is 1e-5).
     **kwargs: nn.LayerNorm arguments (dtype, param_dtype, name, ...).
 
   Returns:
-    The nn.LayerNorm module (epsilon 1e-6).
+    The nn.LayerNorm module.
   """
-  return nn.LayerNorm(epsilon=1e-6,
+  return nn.LayerNorm(epsilon=epsilon,
                       scale_init=named(initializers.ones_init(), ('norm',)),
                       bias_init=named(initializers.zeros_init(), ('norm',)),
                       **kwargs)
+
+
+def rms_norm(*, epsilon: float = 1e-6, **kwargs) -> nn.RMSNorm:
+  """nn.RMSNorm: x / sqrt(mean(x^2) + epsilon) times a learned scale, no
+  bias or mean (Zhang and Sennrich 2019; Llama), in float32 under bfloat16.
+
+  Args:
+    epsilon: added to the mean square.
+    **kwargs: nn.RMSNorm arguments (dtype, param_dtype, name, ...).
+
+  Returns:
+    The nn.RMSNorm module.
+  """
+  return nn.RMSNorm(epsilon=epsilon,
+                    scale_init=named(initializers.ones_init(), ('norm',)),
+                    **kwargs)
 
 
 def drop_path(x, rate: float, deterministic: bool):

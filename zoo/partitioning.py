@@ -13,12 +13,15 @@ Logical names of parameter dimensions:
                       the residual stream
   mlp                 hidden features of a dense layer or a transformer MLP
   heads, kv           attention heads and the features of one head
+  kv_heads            key and value heads of grouped-query attention
+  vocab               a language model's token embedding and head rows
   classes             classifier outputs (1000 or 10: not divisible, replicated)
   norm                scale and bias of batch / layer norm (small, replicated)
-  seq                 tokens of a ViT's position embedding (replicated)
+  seq                 tokens of a learned position embedding (replicated)
 
 Logical names of activation dimensions: batch, height, width, channels (conv
-nets), and seq, embed, mlp, heads, kv (ViT) shared with the parameters.
+nets), and seq, embed, mlp, heads, kv, kv_heads, vocab (transformers)
+shared with the parameters.
 
 Batch-norm statistics (the 'batch_stats' collection) carry no names: replicate
 them, as the recipes average them across devices themselves.

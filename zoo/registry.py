@@ -23,13 +23,16 @@ import importlib
 from typing import Any, Callable, Mapping
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from zoo import nnx_models
 
 # What kind of network a variant is. Code that owns a mesh picks default
 # partition rules by family (recipes/parallel/partition_rules.py), so the zoo
 # names logical axes only, never mesh axes.
-FAMILIES = ('mlp', 'convnet', 'transformer')
+FAMILIES = ('mlp', 'convnet', 'transformer', 'decoder')
+# What a variant takes: images (float, HWC) or text (int32 token ids).
+MODALITIES = ('image', 'text')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +40,8 @@ class ModelSpec:
   """What the registry knows of one variant.
 
   `input_shape` maps the effective keyword arguments (the defaults updated by
-  the caller's) to the shape of one example, HWC. `test_kwargs` make a tiny
+  the caller's) to the shape of one example: HWC for an image, (length,) for
+  the token ids of a text model (`modality`, whose `input_dtype` is int32). `test_kwargs` make a tiny
   model of the same structure for fast tests, on inputs of `test_input_shape`
   (default: the input shape with the test kwargs; fully convolutional nets
   may take smaller ones than they are built for). `reference_params` is the
@@ -56,13 +60,19 @@ class ModelSpec:
   reference_params_rtol: float = 0.0
   reference_gflops: float | None = None
   test_input_shape: tuple[int, ...] | None = None
+  modality: str = 'image'  # One of MODALITIES.
+
+  @property
+  def input_dtype(self) -> jnp.dtype:
+    """The dtype of the inputs: int32 token ids for text, else float32."""
+    return jnp.dtype(jnp.int32 if self.modality == 'text' else jnp.float32)
 
   def test_input(self) -> tuple[int, ...]:
     """The shape of one example for the test-size model.
 
     Returns:
       `test_input_shape` if given, else `input_shape` of the defaults updated
-      by `test_kwargs` (HWC).
+      by `test_kwargs` (HWC; (length,) for text).
     """
     if self.test_input_shape:
       return self.test_input_shape
@@ -78,7 +88,8 @@ def register(name: str, *, family: str,
              reference_params: float | None = None,
              reference_params_rtol: float = 0.0,
              reference_gflops: float | None = None,
-             test_input_shape: tuple[int, ...] | None = None, **defaults):
+             test_input_shape: tuple[int, ...] | None = None,
+             modality: str = 'image', **defaults):
   """Class decorator: registers `cls` as the variant `name` (see `ModelSpec`).
 
   The same class can be registered several times (size variants), each with
@@ -88,10 +99,11 @@ def register(name: str, *, family: str,
 
   Args:
     name: the variant's registry name, e.g. 'resnet50'; unique.
-    family: one of FAMILIES ('mlp', 'convnet', 'transformer'); picks the
-      default partition rules.
-    input_shape: one example's shape, HWC, or a function of the effective
-      keyword arguments (a mapping) that returns it.
+    family: one of FAMILIES ('mlp', 'convnet', 'transformer', 'decoder');
+      picks the default partition rules.
+    input_shape: one example's shape (HWC; (length,) for text), or a
+      function of the effective keyword arguments (a mapping) that returns
+      it.
     test_kwargs: keyword arguments of a tiny model of the same structure for
       fast tests (the zoo's tests require them; {}: the model as it is).
     reference_params: the published parameter count; None: unknown.
@@ -101,6 +113,8 @@ def register(name: str, *, family: str,
       (2 x GMACs); None: unknown.
     test_input_shape: the test model's input shape; None: `input_shape` of
       the test kwargs.
+    modality: one of MODALITIES: 'image' (float inputs) or 'text' (int32
+      token ids).
     **defaults: the variant's keyword arguments of the class (e.g.
       num_classes=1000, stage_sizes=...); those given to `create` win.
 
@@ -108,12 +122,16 @@ def register(name: str, *, family: str,
     A class decorator that registers the class and returns it unchanged.
 
   Raises:
-    ValueError: `family` is not one of FAMILIES, or (when the decorator is
-      applied) `name` is already registered.
+    ValueError: `family` is not one of FAMILIES, `modality` not one of
+      MODALITIES, or (when the decorator is applied) `name` is already
+      registered.
   """
   if family not in FAMILIES:
     raise ValueError(f'model {name!r}: family {family!r} is not one of '
                      f'{FAMILIES}')
+  if modality not in MODALITIES:
+    raise ValueError(f'model {name!r}: modality {modality!r} is not one of '
+                     f'{MODALITIES}')
   if not callable(input_shape):
     input_shape = _fixed(tuple(input_shape))
 
@@ -123,7 +141,7 @@ def register(name: str, *, family: str,
     _MODELS[name] = ModelSpec(
         name, cls, dict(defaults), family, input_shape,
         None if test_kwargs is None else dict(test_kwargs), reference_params,
-        reference_params_rtol, reference_gflops, test_input_shape)
+        reference_params_rtol, reference_gflops, test_input_shape, modality)
     return cls
 
   return wrap
@@ -243,7 +261,8 @@ def input_shape(name: str, **kwargs) -> tuple[int, ...]:
       change the input (e.g. a ViT's `image_size`) change the shape.
 
   Returns:
-    One example's shape, HWC (no batch dimension), e.g. (224, 224, 3).
+    One example's shape (no batch dimension): HWC, e.g. (224, 224, 3); for
+    a text model (length,) of token ids.
 
   Raises:
     ValueError: the model is unknown, or is a class of your own

@@ -88,12 +88,13 @@ class Attention(nn.Module):
 
 
 def dot_product_attention(q, k, v, implementation: str | None, *,
-                          backend: str | None = None):
+                          backend: str | None = None, **options):
   """`jax.nn.dot_product_attention` with 'auto' resolved for these inputs on
   `backend` (default: JAX's default backend).
 
   Args:
-    q: queries, (batch, tokens, heads, head_dim); `k` and `v` alike.
+    q: queries, (batch, tokens, heads, head_dim); `k` and `v` alike (or
+      fewer heads: grouped-query attention).
     k: keys.
     v: values.
     implementation: 'auto' (cuDNN on GPU for bfloat16/float16 inputs where
@@ -101,22 +102,27 @@ def dot_product_attention(q, k, v, implementation: str | None, *,
       'cudnn', or None (JAX's own choice).
     backend: the platform 'auto' decides for ('gpu', 'cpu', 'tpu'); None:
       JAX's default backend.
+    **options: more arguments of `jax.nn.dot_product_attention` (mask,
+      is_causal).
 
   Returns:
     The attention output, shaped like `q`.
   """
   if implementation != 'auto':
-    return jax.nn.dot_product_attention(q, k, v, implementation=implementation)
+    return jax.nn.dot_product_attention(q, k, v, implementation=implementation,
+                                        **options)
   backend = backend or jax.default_backend()
   if backend == 'gpu' and q.dtype in (jnp.bfloat16, jnp.float16):
     # cuDNN's checks (head dim, sequence lengths, cuDNN version) run while
     # tracing, so a refusal is an exception here, not a failed compile.
     try:
-      return jax.nn.dot_product_attention(q, k, v, implementation='cudnn')
+      return jax.nn.dot_product_attention(q, k, v, implementation='cudnn',
+                                          **options)
     except (NotImplementedError, ValueError, RuntimeError) as e:
       _warn_once(f'cuDNN attention is not available for queries of shape '
                  f'{q.shape} ({e}); using XLA attention.')
-  return jax.nn.dot_product_attention(q, k, v, implementation='xla')
+  return jax.nn.dot_product_attention(q, k, v, implementation='xla',
+                                      **options)
 
 
 @functools.cache

@@ -87,9 +87,18 @@ TRANSFORMER_RULES = DefaultRules((
     ('norm', None),
 ))
 
+# Language models: the transformers' rules, the key and value heads of
+# grouped-query attention split over 'tensor' like the query heads; the
+# vocabulary is not split (GPT-2's 50,257 divides by nothing).
+DECODER_RULES = DefaultRules((
+    *TRANSFORMER_RULES,
+    ('kv_heads', 'tensor'),
+    ('vocab', None),
+))
+
 # By `zoo.spec(name).family`.
 FAMILY_RULES = {'mlp': CONV_RULES, 'convnet': CONV_RULES,
-                'transformer': TRANSFORMER_RULES}
+                'transformer': TRANSFORMER_RULES, 'decoder': DECODER_RULES}
 
 
 def default_rules(model: str) -> DefaultRules:

@@ -282,6 +282,8 @@ def target_shapes(name: str, kwargs: Mapping[str, Any]) -> dict[str, tuple]:
   shape = registry.input_shape(name, **kwargs)
   variables = jax.eval_shape(
       lambda: model.init(jax.random.PRNGKey(0),
-                         jnp.zeros((1, *shape), jnp.float32), train=False))
+                         jnp.zeros((1, *shape),
+                                   registry.spec(name).input_dtype),
+                         train=False))
   flat = traverse_util.flatten_dict(nn.meta.unbox(variables), sep='/')
   return {k: tuple(v.shape) for k, v in flat.items()}

@@ -38,12 +38,22 @@ def _info(name):
 
 
 def _small(name, **kwargs):
-  """The test-size model `name` (its spec's test kwargs, 7 classes) and a
-  batch of 2 inputs for it."""
+  """The test-size model `name` (its spec's test kwargs, 7 classes; a
+  language model 7 tokens) and a batch of 2 inputs for it (token ids for
+  a text model)."""
   spec = zoo.spec(name)
+  shape, rng = (2, *spec.test_input()), jax.random.PRNGKey(1)
+  if spec.modality == 'text':
+    kwargs = {**spec.test_kwargs, 'vocab_size': 7, **kwargs}
+    return zoo.create(name, **kwargs), jax.random.randint(rng, shape, 0, 7)
   kwargs = {**spec.test_kwargs, 'num_classes': 7, **kwargs}
-  x = jax.random.normal(jax.random.PRNGKey(1), (2, *spec.test_input()))
-  return zoo.create(name, **kwargs), x
+  return zoo.create(name, **kwargs), jax.random.normal(rng, shape)
+
+
+def _logits_shape(name, x):
+  """(batch, 7) for a classifier; (batch, length, 7) for a language model,
+  one prediction per token."""
+  return (*x.shape[:2 if zoo.spec(name).modality == 'text' else 1], 7)
 
 
 def _is_box(x):
@@ -87,7 +97,7 @@ def test_bfloat16_forward(name):
   # Unboxing leaves plain arrays, ready for a train state.
   assert all(isinstance(v, jax.Array)
              for v in jax.tree.leaves(variables, is_leaf=_is_box))
-  assert logits.shape == (2, 7)
+  assert logits.shape == _logits_shape(name, x)
   assert logits.dtype == jnp.bfloat16
   assert np.all(np.isfinite(np.asarray(logits, np.float32)))
   # Parameters and batch statistics stay float32 whatever the computation dtype.
@@ -99,9 +109,10 @@ def test_bfloat16_forward(name):
 def test_gradient_step_changes_parameters(name):
   model, x = _small(name)
   variables = _init(model, jax.random.PRNGKey(0), x)
-  logits, grads, updated = _train_step(model, variables, x,
-                                       jnp.arange(x.shape[0]) % 7)
-  assert logits.shape == (2, 7)
+  shape = _logits_shape(name, x)
+  labels = jnp.arange(np.prod(shape[:-1])).reshape(shape[:-1]) % 7
+  logits, grads, updated = _train_step(model, variables, x, labels)
+  assert logits.shape == shape
   assert logits.dtype == jnp.float32
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
   changed = jax.tree.leaves(jax.tree.map(
