@@ -72,7 +72,8 @@ def zoo_variable_names(name: str, kwargs: dict) -> set[str]:
   model = zoo.create(name, **kwargs)
   shape = zoo.input_shape(name, **kwargs)
   variables = jax.eval_shape(lambda: model.init(
-      jax.random.PRNGKey(0), jnp.zeros((1, *shape)), train=False))
+      jax.random.PRNGKey(0),
+      jnp.zeros((1, *shape), zoo.spec(name).input_dtype), train=False))
   return set(traverse_util.flatten_dict(nn.meta.unbox(variables), sep='/'))
 
 
@@ -109,7 +110,8 @@ def randomize_torch(model, seed: int = 0):
 
   with torch.no_grad():
     for module in model.modules():
-      norm = isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm))
+      norm = (isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm))
+              or type(module).__name__.endswith('RMSNorm'))  # transformers'
       for name, param in module.named_parameters(recurse=False):
         if norm and name == 'weight':
           fill(param, 'scale')
