@@ -41,7 +41,8 @@ import zoo
 from recipes import experiment
 from recipes.aot import analysis, chips, topology
 from recipes.config import command_line, validation
-from recipes.data import dataset, datasets
+from recipes.data import datasets
+from recipes.data.pipeline import dataset
 from recipes.parallel import strategy as strategies
 from recipes.runtime import errors, progress, storage
 from recipes.runtime.errors import UserError

@@ -10,7 +10,7 @@ from absl import logging
 
 from recipes import checkpoint, experiment
 from recipes.checkpoint import class_names, data_files, resume
-from recipes.data import in_memory
+from recipes.data.pipeline import in_memory
 from recipes.runtime import summaries
 from recipes.runtime.dispatch import OneAhead
 from recipes.runtime.errors import UserError

@@ -19,9 +19,10 @@ from recipes.config import pretrained
 from recipes.core import optimizers, state_spec
 from recipes.core.state_spec import StateSpec
 from recipes.core.train_state import UpdateRules
-from recipes.data import datasets, in_memory
-from recipes.data.dataset import Dataset
-from recipes.data.preprocess import Preprocessing
+from recipes.data import datasets
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline import in_memory
+from recipes.data.pipeline.dataset import Dataset
 from recipes.parallel import strategy as strategies
 from recipes.parallel.strategy import ParallelSettings
 from recipes.runtime.errors import UserError, check_divisible

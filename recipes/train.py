@@ -28,7 +28,7 @@ library_noise.import_tensorflow()  # Before anything else loads it.
 # pylint: disable=wrong-import-position
 from recipes import loop
 from recipes.config import command_line, validation
-from recipes.data import in_memory
+from recipes.data.pipeline import in_memory
 from recipes.parallel import distributed
 from recipes.runtime import compilation_cache, errors, lease, storage
 from recipes.runtime.errors import UserError

@@ -137,7 +137,7 @@ def write_png_folder(folder: str, splits: dict, class_names=None) -> str:
 def write_fashion_mnist_folder(idx_dir: str, folder: str) -> str:
   """The IDX files of `idx_dir` (Fashion-MNIST's layout) as a PNG folder
   with splits train and test; returns the folder."""
-  from recipes.data import idx  # pylint: disable=g-import-not-at-top
+  from recipes.data.sources import idx  # pylint: disable=g-import-not-at-top
   train, test = idx.load_splits(idx_dir, ['train', 'test'])
   return write_png_folder(
       folder, {'train': (train['image'], train['label']),

@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from recipes.bench import step as bench_step
-from recipes.data import in_memory
-from recipes.data.preprocess import Preprocessing
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline import in_memory
 from recipes.runtime.errors import UserError
 
 SPLITS = {

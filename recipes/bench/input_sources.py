@@ -4,9 +4,9 @@
         --num_images=20000 --png_folder=/tmp/fashion_mnist_png
 
 A user's own images are streamed by index with Grain
-(recipes/data/random_access.py) so that the data order is the in-memory
+(recipes/data/pipeline/random_access.py) so that the data order is the in-memory
 one at any size; TFDS datasets too large for memory are streamed with
-tf.data (recipes/data/streaming.py), which reads its files in sequence. This
+tf.data (recipes/data/pipeline/streaming.py), which reads its files in sequence. This
 measures what the new path costs against today's, side by side in one run,
 on the same encoded bytes, for the same training batches:
 
@@ -52,8 +52,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes.data import datasets, image_folder, in_memory, streaming
-from recipes.data.preprocess import Preprocessing
+from recipes.data import datasets
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline import in_memory, streaming
+from recipes.data.sources import image_folder
 
 _CLASSES = 10  # Class folders of the generated JPEGs.
 _QUALITY = 90
@@ -258,7 +260,7 @@ class Path:
 
   name: str  # 'folder', 'records', 'tf.data'.
   threads: str  # For the table.
-  # (preprocessing) -> a Dataset (recipes/data/dataset.py).
+  # (preprocessing) -> a Dataset (recipes/data/pipeline/dataset.py).
   dataset: Callable
   rates: list[float] = dataclasses.field(default_factory=list)
   busy: list[float] = dataclasses.field(default_factory=list)

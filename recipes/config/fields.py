@@ -17,7 +17,8 @@ from recipes.config.rules import (BOOLEAN, EVAL_SPLITS, FRACTION, MESH_SIZE,
                                   PROBABILITY, Rule, choice, int_choice,
                                   integer, number, text)
 from recipes.core import optimizers
-from recipes.data import datasets, image_codec, preprocess
+from recipes.data import datasets
+from recipes.data.images import image_codec, preprocess
 from recipes.parallel.strategy import STRATEGIES
 from recipes.runtime import compilation_cache, wandb_writer
 

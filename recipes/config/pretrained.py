@@ -24,7 +24,7 @@ import numpy as np
 from absl import logging
 
 import zoo
-from recipes.data import preprocess
+from recipes.data.images import preprocess
 from recipes.runtime.errors import UserError
 
 

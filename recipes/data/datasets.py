@@ -2,20 +2,20 @@
 
 Four sources give the same TFDS-style examples (`image`, `label`):
 - 'idx': real Fashion-MNIST read offline from the IDX files of Debian's
-  `dataset-fashion-mnist` package (recipes/data/idx.py), held in memory;
+  `dataset-fashion-mnist` package (recipes/data/sources/idx.py), held in memory;
 - 'memory': a TFDS builder (`mnist`, `cifar10`, ...), downloaded and prepared
-  into `data_dir` on first use (recipes/data/tfds_source.py), held in memory,
+  into `data_dir` on first use (recipes/data/sources/tfds_source.py), held in memory,
   which makes the data order a pure function of (seed, step)
-  (recipes/data/in_memory.py);
+  (recipes/data/pipeline/in_memory.py);
 - 'stream': a TFDS builder too large for memory (the ImageNet family), read
-  from its files (recipes/data/streaming.py, with the differences there).
+  from its files (recipes/data/pipeline/streaming.py, with the differences there).
 - 'encoded': a user's own images, named by a prefix (ENCODED):
-  `folder:PATH` (recipes/data/image_folder.py), `hf:NAME_OR_PATH` (a Hugging
-  Face dataset, recipes/data/hf_source.py) and `records:PATH` (ArrayRecord
+  `folder:PATH` (recipes/data/sources/image_folder.py), `hf:NAME_OR_PATH` (a Hugging
+  Face dataset, recipes/data/sources/hf_source.py) and `records:PATH` (ArrayRecord
   files written by `python -m recipes.data.prepare`,
-  recipes/data/array_records.py). They are held in memory when they are
+  recipes/data/sources/array_records.py). They are held in memory when they are
   small and the preset keeps their size, and otherwise streamed by index
-  (recipes/data/random_access.py), in the same order either way.
+  (recipes/data/pipeline/random_access.py), in the same order either way.
 The name picks the source: the prefixes, the IDX names, the names in
 STREAMED, then every other TFDS name in memory. `data_source` ('memory' or
 'stream') overrides that for a TFDS name or the user's own images; the
@@ -34,12 +34,14 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
 
-from recipes.data import decoding, idx, image_codec, streaming, tfds_source
-from recipes.data.dataset import Dataset
-from recipes.data.examples import EncodedSource, Selection
-from recipes.data.in_memory import InMemoryDataset
-from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
-from recipes.data.random_access import RandomAccessDataset
+from recipes.data.images import decoding, image_codec
+from recipes.data.images.preprocess import AUGMENTATIONS, Preprocessing
+from recipes.data.pipeline import streaming
+from recipes.data.pipeline.dataset import Dataset
+from recipes.data.pipeline.in_memory import InMemoryDataset
+from recipes.data.pipeline.random_access import RandomAccessDataset
+from recipes.data.sources import idx, tfds_source
+from recipes.data.sources.examples import EncodedSource, Selection
 from recipes.runtime.errors import UserError
 
 # Datasets read from IDX files, and their class names.
@@ -87,14 +89,13 @@ def open_encoded(name: str, options: EncodedOptions = EncodedOptions()
   if not where:
     raise UserError(f'dataset {name!r} names no path; write {prefix}:PATH.')
   if prefix == 'folder':
-    from recipes.data import image_folder  # pylint: disable=g-import-not-at-top
+    from recipes.data.sources import image_folder  # pylint: disable=g-import-not-at-top
     return image_folder.open(where)
   if prefix == 'hf':
-    from recipes.data import hf_source  # pylint: disable=g-import-not-at-top
+    from recipes.data.sources import hf_source  # pylint: disable=g-import-not-at-top
     return hf_source.open(where, options.image_column, options.label_column)
   if prefix == 'records':
-    from recipes.data import \
-        array_records  # pylint: disable=g-import-not-at-top
+    from recipes.data.sources import array_records  # pylint: disable=g-import-not-at-top
     return array_records.open(where)
   raise UserError(f'dataset {name!r} has none of the prefixes '
                   f'{", ".join(p + ":" for p in ENCODED)}.')
@@ -166,8 +167,7 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
   elif source == 'stream' and tfds_source.is_array_record(
       builder := _builder(name, data_dir, preprocessing)):
     # TFDS's own array_record files: read by index, as prepared ones are.
-    from recipes.data import \
-        array_records  # pylint: disable=g-import-not-at-top
+    from recipes.data.sources import array_records  # pylint: disable=g-import-not-at-top
     data = _read_encoded(array_records.open_tfds(builder), train_split,
                          eval_splits, preprocessing, 'stream', options)
   elif preprocessing.takes_jpeg and source != 'stream':

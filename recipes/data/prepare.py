@@ -8,7 +8,7 @@ SRC is what --config.dataset takes: folder:PATH, hf:NAME, records:PATH, a
 TFDS name, or fashion_mnist_idx. The encoded images are copied as they are
 (IDX images become lossless PNGs), so a streamed run reads the same pixels
 with one seek per example instead of one file or request each
-(recipes/data/array_records.py has the format). Train on the result with
+(recipes/data/sources/array_records.py has the format). Train on the result with
 --config.dataset=records:DST.
 
 A long prepare may be stopped (Ctrl-C, a lost machine): run the same command
@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recipes.data import array_records, idx
-from recipes.data.examples import EncodedSource, Examples
+from recipes.data.sources import array_records, idx
+from recipes.data.sources.examples import EncodedSource, Examples
 from recipes.runtime import lease, library_noise, progress, storage
 from recipes.runtime.errors import UserError, describe, shorten
 
@@ -293,7 +293,7 @@ def _tfds_source(name: str, data_dir: str | None) -> EncodedSource:
   # pylint: disable=g-import-not-at-top
   import tensorflow_datasets as tfds
 
-  from recipes.data import tfds_source
+  from recipes.data.sources import tfds_source
 
   # pylint: enable=g-import-not-at-top
   try:

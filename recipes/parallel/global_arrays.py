@@ -1,7 +1,7 @@
 """Batches and results as global arrays (`jax.Array` over all processes).
 
 Each process loads only its own rows of every global batch (see
-recipes/data/dataset.py `process_slice`);
+recipes/data/pipeline/dataset.py `process_slice`);
 `jax.make_array_from_process_local_data` assembles the global array, so the
 same code runs on one host and on a pod. Used by the strategies whose state
 and batches are global arrays: sharded and shard_map.
@@ -16,7 +16,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
-from recipes.data.dataset import process_slice
+from recipes.data.pipeline.dataset import process_slice
 from recipes.runtime.errors import UserError
 
 

@@ -148,7 +148,7 @@ class Strategy(Protocol):
 
     Args:
       batches: this process's rows of each global batch, numpy dicts
-        (recipes/data/dataset.py).
+        (recipes/data/pipeline/dataset.py).
 
     Returns:
       An iterator of the batches as the steps take them.
@@ -185,7 +185,7 @@ class Strategy(Protocol):
     Args:
       step: 'train' or 'eval'.
       batch: the global batch's shapes and dtypes, without shardings
-        (recipes/data/dataset.py `batch_shapes`).
+        (recipes/data/pipeline/dataset.py `batch_shapes`).
 
     Returns:
       The lowered step, to `.compile()`.

@@ -16,7 +16,7 @@ import pytest
 
 import zoo
 from recipes import loop
-from recipes.data import idx
+from recipes.data.sources import idx
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
                            saved_params, tiny_config)
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from recipes.data import idx
+from recipes.data.sources import idx
 from recipes.runtime import storage, summaries
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)

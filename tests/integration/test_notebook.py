@@ -20,7 +20,7 @@ from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
-from recipes.data import idx
+from recipes.data.sources import idx
 from tests.convert_helpers import torchvision_resnet18_state_dict
 from tests.helpers import ROOT, command_env
 from tests.hub_server import HubServer

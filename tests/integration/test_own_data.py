@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from recipes.checkpoint import class_names
-from recipes.data import datasets, idx
+from recipes.data import datasets
+from recipes.data.sources import idx
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
                            write_fashion_mnist_folder, write_png_folder)
 

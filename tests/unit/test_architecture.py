@@ -6,6 +6,8 @@ axis names only; recipes/parallel/ maps them onto meshes)."""
 import ast
 import pathlib
 
+import pytest
+
 from tests.helpers import ROOT
 
 PACKAGES = ('zoo', 'recipes')
@@ -55,31 +57,42 @@ def _cycle(graph) -> list[str] | None:
   return None
 
 
-# The recipes' layers, lowest first: a module may import its own layer and
-# those below it (and the zoo), never one above. The root of recipes/ holds
-# the commands and the run; bench/ times them from the outside.
-LAYERS = ('runtime', 'core', 'data', 'parallel', 'aot', 'checkpoint', 'config',
-          'root', 'bench')
+# The layers of each layered package, lowest first: a module may import its
+# own layer and those below it (and the zoo), never one above. The root of
+# recipes/ holds the commands and the run; bench/ times them from the
+# outside. Within recipes/data/, sources give examples, images/ decodes and
+# augments them, pipeline/ batches them, and its root (the dataset registry,
+# the prepare command) puts them together.
+LAYERS = {
+    'recipes': ('runtime', 'core', 'data', 'parallel', 'aot', 'checkpoint',
+                'config', 'root', 'bench'),
+    'recipes.data': ('sources', 'images', 'pipeline', 'root'),
+}
 
 
-def _layer(module: str) -> str:
-  """'recipes.core.steps' -> 'core'; 'recipes.train' -> 'root'."""
-  parts = module.split('.')
-  if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS):
-    return parts[1]
+def _layer(module: str, package: str) -> str:
+  """('recipes.core.steps', 'recipes') -> 'core'; ('recipes.train',
+  'recipes') -> 'root'."""
+  parts = module.removeprefix(package + '.').split('.')
+  if len(parts) > 1 or parts[0] in LAYERS[package]:
+    return parts[0]
   return 'root'
 
 
 def _upward_imports(graph) -> list[str]:
-  """'a -> b' for each import of a recipes module from a higher layer."""
+  """'a -> b' for each import of a module from a higher layer of the
+  package both belong to."""
   found = []
-  for name, imported in sorted(graph.items()):
-    if not name.startswith('recipes'):
-      continue
-    for other in sorted(imported):
-      if other.startswith('recipes') and (
-          LAYERS.index(_layer(other)) > LAYERS.index(_layer(name))):
-        found.append(f'{name} ({_layer(name)}) -> {other} ({_layer(other)})')
+  for package, layers in LAYERS.items():
+    for name, imported in sorted(graph.items()):
+      if not name.startswith(package + '.'):
+        continue
+      for other in sorted(imported):
+        if not other.startswith(package + '.'):
+          continue
+        low, high = _layer(name, package), _layer(other, package)
+        if layers.index(high) > layers.index(low):
+          found.append(f'{name} ({low}) -> {other} ({high})')
   return found
 
 
@@ -89,10 +102,12 @@ def _graph():
           for name, path in modules.items()}
 
 
-def test_every_recipes_folder_is_a_layer():
-  folders = {path.name for path in (pathlib.Path(ROOT) / 'recipes').iterdir()
+@pytest.mark.parametrize('package', sorted(LAYERS))
+def test_every_folder_of_a_layered_package_is_a_layer(package):
+  folders = {path.name
+             for path in pathlib.Path(ROOT, *package.split('.')).iterdir()
              if (path / '__init__.py').exists()}
-  assert folders == set(LAYERS) - {'root'}
+  assert folders == set(LAYERS[package]) - {'root'}
 
 
 def test_the_recipes_layers_import_only_downward():
@@ -102,10 +117,14 @@ def test_the_recipes_layers_import_only_downward():
 def test_the_layer_check_finds_upward_imports():
   graph = {'recipes.core.steps': {'recipes.parallel.mesh'},
            'recipes.parallel.mesh': {'recipes.core.steps', 'zoo'},
-           'recipes.train': {'recipes.bench.step'}}
+           'recipes.train': {'recipes.bench.step'},
+           'recipes.data.sources.idx': {'recipes.data.images.preprocess'},
+           'recipes.data.pipeline.streaming': {'recipes.data.sources.idx'}}
   assert _upward_imports(graph) == [
       'recipes.core.steps (core) -> recipes.parallel.mesh (parallel)',
-      'recipes.train (root) -> recipes.bench.step (bench)']
+      'recipes.train (root) -> recipes.bench.step (bench)',
+      'recipes.data.sources.idx (sources) -> recipes.data.images.preprocess '
+      '(images)']
 
 
 def test_the_zoo_never_imports_the_recipes():

@@ -13,7 +13,8 @@ import tensorflow_datasets as tfds
 import zoo
 from recipes import evaluation, experiment
 from recipes.config import defaults as default
-from recipes.data import datasets, tfds_source
+from recipes.data import datasets
+from recipes.data.sources import tfds_source
 from tests.helpers import ROOT, write_fashion_mnist
 
 CONFIGS = sorted(

@@ -9,7 +9,8 @@ import tensorflow_datasets as tfds
 
 from recipes import evaluation, experiment, train
 from recipes.core import optimizers, state_spec
-from recipes.data import datasets, tfds_source
+from recipes.data import datasets
+from recipes.data.sources import tfds_source
 from recipes.parallel.pmap import PmapStrategy
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 

@@ -27,7 +27,7 @@ from recipes import convert as command
 from recipes import experiment
 from recipes.checkpoint import converted, resume
 from recipes.config import defaults
-from recipes.data import tfds_source
+from recipes.data.sources import tfds_source
 from tests.convert_helpers import (GoogleViT, google_vit_npz,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits)

@@ -16,8 +16,9 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from recipes.data import array_records, datasets, prepare
-from recipes.data.examples import EncodedSource
+from recipes.data import datasets, prepare
+from recipes.data.sources import array_records
+from recipes.data.sources.examples import EncodedSource
 from recipes.runtime import lease
 from recipes.runtime.errors import UserError
 
@@ -392,7 +393,7 @@ def test_fashion_mnist_idx_becomes_lossless_pngs(tmp_path, data_dir):
   assert arrays['class_names'][0] == 'T-shirt/top'
   opened = array_records.open(str(tmp_path / 'fm'))
   images, labels = opened.splits['test'].read(range(16))
-  from recipes.data import idx  # pylint: disable=g-import-not-at-top
+  from recipes.data.sources import idx  # pylint: disable=g-import-not-at-top
   expected = idx.load_split(data_dir, 'test')
   np.testing.assert_array_equal(
       np.stack([np.asarray(Image.open(io.BytesIO(i))) for i in images]),

@@ -5,10 +5,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes.data import (datasets, idx, in_memory, preprocess, streaming,
-                          tfds_source)
-from recipes.data.dataset import Dataset
-from recipes.data.preprocess import AUGMENTATIONS, Preprocessing
+from recipes.data import datasets
+from recipes.data.images import preprocess
+from recipes.data.images.preprocess import AUGMENTATIONS, Preprocessing
+from recipes.data.pipeline import in_memory, streaming
+from recipes.data.pipeline.dataset import Dataset
+from recipes.data.sources import idx, tfds_source
 from recipes.runtime.errors import UserError
 from tests.helpers import write_fashion_mnist
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from recipes.data import datasets, idx, tfds_source
-from recipes.data.dataset import Dataset
-from recipes.data.preprocess import Preprocessing
+from recipes.data import datasets
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline.dataset import Dataset
+from recipes.data.sources import idx, tfds_source
 from recipes.runtime.errors import UserError
 from tests.helpers import write_idx
 

@@ -14,8 +14,8 @@ import PIL.Image
 import pytest
 
 from recipes.data import datasets as recipes_datasets
-from recipes.data import hf_source
-from recipes.data.preprocess import Preprocessing
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.sources import hf_source
 from recipes.runtime.errors import UserError
 
 

@@ -4,7 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from recipes.data import datasets, idx
+from recipes.data import datasets
+from recipes.data.sources import idx
 from recipes.runtime.errors import UserError
 from tests.helpers import write_fashion_mnist, write_idx
 

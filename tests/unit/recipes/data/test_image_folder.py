@@ -10,8 +10,9 @@ import pytest
 from absl import logging
 from PIL import Image
 
-from recipes.data import datasets, image_folder
-from recipes.data.preprocess import Preprocessing
+from recipes.data import datasets
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.sources import image_folder
 from recipes.runtime.errors import UserError
 from tests.helpers import write_png_folder
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from recipes.data import in_memory
+from recipes.data.pipeline import in_memory
 
 
 def _split(n):

@@ -6,8 +6,11 @@ import tensorflow_datasets as tfds
 from configs import imagenet_vit_s16
 from recipes import experiment
 from recipes.config import defaults, validation
-from recipes.data import datasets, in_memory, preprocess, tfds_source
-from recipes.data.preprocess import Preprocessing
+from recipes.data import datasets
+from recipes.data.images import preprocess
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline import in_memory
+from recipes.data.sources import tfds_source
 from recipes.runtime.errors import UserError
 
 

@@ -6,8 +6,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes.data import datasets, in_memory, randaugment, tfds_source
-from recipes.data.preprocess import Preprocessing
+from recipes.data import datasets
+from recipes.data.images import randaugment
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline import in_memory
+from recipes.data.sources import tfds_source
 from recipes.runtime.errors import UserError
 
 # A small hand-made grey image: values 10..250 with a few repeats.

@@ -1,11 +1,11 @@
 """Encoded examples read by index: the common form of image folders, Hugging
 Face datasets and prepared ArrayRecord files.
 
-A source (recipes/data/image_folder.py, hf_source.py, array_records.py)
+A source (recipes/data/sources/image_folder.py, hf_source.py, array_records.py)
 offers its named splits as `Examples`: the image file's bytes (JPEG or PNG)
 and an int label for any index, in any order. That random access is what
 lets a streamed run read exactly its rows of the global batch of any step
-(recipes/data/random_access.py), and lets `python -m recipes.data.prepare`
+(recipes/data/pipeline/random_access.py), and lets `python -m recipes.data.prepare`
 copy any source into ArrayRecord shards.
 """
 
@@ -15,7 +15,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from recipes.data import splits as splits_lib
+from recipes.data.sources import splits as splits_lib
 
 
 class Examples(Protocol):

@@ -1,7 +1,7 @@
 """Streams TFDS datasets too large for memory (ImageNet-style JPEGs) from
 TFRecord files, which can only be read in sequence. (Builds in the
 array_record format, and everything else streamed, are read by index in the
-in-memory order instead: recipes/data/random_access.py;
+in-memory order instead: recipes/data/pipeline/random_access.py;
 `python -m recipes.data.prepare` copies a TFRecord build into ArrayRecord.)
 
 Images stay encoded JPEGs for presets that decode them themselves (the
@@ -24,9 +24,10 @@ import jax
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from recipes.data import in_memory, tfds_source
-from recipes.data.dataset import Batch
-from recipes.data.preprocess import Preprocessing
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline import in_memory
+from recipes.data.pipeline.dataset import Batch
+from recipes.data.sources import tfds_source
 
 _SHUFFLE_BATCHES = 16  # Shuffle buffer, in local batches.
 

@@ -4,7 +4,7 @@ errors that name the image at fault.
 One TensorFlow function per dataset decodes and preprocesses a whole batch
 (the streamed reader calls it from several threads; TensorFlow releases the
 GIL while it runs). Images are decoded, then go through exactly the
-preprocessing of an in-memory dataset (recipes/data/preprocess.py), with the
+preprocessing of an in-memory dataset (recipes/data/images/preprocess.py), with the
 same per-example seeds, so both paths give the same batches.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from recipes.data import image_codec
-from recipes.data.examples import Examples
-from recipes.data.preprocess import Preprocessing
+from recipes.data.images import image_codec
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.sources.examples import Examples
 from recipes.runtime.errors import UserError
 
 _CHUNK = 1024  # Examples read and decoded at once when loading into memory.

@@ -22,7 +22,7 @@ smallest crop as a fraction of the image's area, from there to 100% as
 big_vision's inception_crop and vision_transformer draw it; 0, the preset's
 own.
 RandAugment (`config.randaugment_layers`, `config.randaugment_magnitude`;
-recipes/data/randaugment.py) follows the augmentation on training images, on
+recipes/data/images/randaugment.py) follows the augmentation on training images, on
 pixel values before scaling; with layers > 0 training is random even for
 'none'.
 Normalizations (`config.normalize`), in MEAN_STD: a per-channel mean to
@@ -44,7 +44,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from recipes.data import randaugment
+from recipes.data.images import randaugment
 from recipes.runtime.errors import UserError
 
 MEAN_STD = {

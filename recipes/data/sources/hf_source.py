@@ -4,7 +4,7 @@ The `datasets` library reads what people share image datasets as: a folder
 written by `save_to_disk`, parquet files, or a Hub dataset. It gives each
 split as memory-mapped Arrow tables, from which `ds[indices]` reads a batch of
 rows in one call, so a split serves the random access of `Examples`
-(recipes/data/examples.py) without copying it. The image column is read
+(recipes/data/sources/examples.py) without copying it. The image column is read
 undecoded (`Image(decode=False)`): JPEG and PNG bytes go on as they are, and
 images stored as pixel arrays become PNGs, which keep every pixel.
 
@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from recipes.data import examples as examples_lib
+from recipes.data.sources import examples as examples_lib
 from recipes.runtime.errors import UserError
 
 # Columns taken when none is named and no column has the feature type.

@@ -22,12 +22,14 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from recipes.data import image_codec
-from recipes.data.examples import EncodedSource
+from recipes.data.sources.examples import EncodedSource
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
 _ONE_SPLIT = 'train'  # The split of a folder of class folders.
+# File name endings read as images (JPEG, PNG: what recipes/data/images/
+# image_codec.py decodes); other files in a folder are counted and left alone.
+SUFFIXES = ('.jpg', '.jpeg', '.png')
 # Reads from a bucket overlap: its latency, not the cores, bounds them. (On a
 # local disk threads only add overhead: 60,000 small PNGs took a third longer.)
 _READERS = concurrent.futures.ThreadPoolExecutor(16, 'image_folder')
@@ -192,7 +194,7 @@ class _Folder:
         continue
       if is_dir:
         folders[name] = entry
-      elif name.lower().endswith(image_codec.SUFFIXES):
+      elif name.lower().endswith(SUFFIXES):
         images.append(entry)
       else:
         self.ignored.append(entry)

@@ -10,9 +10,6 @@ import tensorflow as tf
 
 from recipes.runtime.errors import UserError
 
-# File name endings read as images; other files in a folder are counted and
-# left alone.
-SUFFIXES = ('.jpg', '.jpeg', '.png')
 CHANNELS = (0, 1, 3)  # config.image_channels; 0: as the data is stored.
 
 

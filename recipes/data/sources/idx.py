@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from recipes.data import splits as splits_lib
-from recipes.data.examples import EncodedSource
+from recipes.data.sources import splits as splits_lib
+from recipes.data.sources.examples import EncodedSource
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 

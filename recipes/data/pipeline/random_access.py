@@ -1,7 +1,7 @@
 """Streams encoded examples read by index (image folders, Hugging Face
 datasets, ArrayRecord files) with Grain, in the in-memory pipeline's order.
 
-The data-order rule of recipes/data/in_memory.py holds here at any size: the
+The data-order rule of recipes/data/pipeline/in_memory.py holds here at any size: the
 global batch at step s is a pure function of (seed, s). Epoch e visits the
 examples in the same permutation of (seed, e) as in memory, each process
 reads only its own rows of each global batch, by index, and a resumed run
@@ -11,7 +11,7 @@ folder streamed equals the same folder held in memory.
 
 Grain maps steps to batches on `threads` threads, a few batches ahead: each
 reads its records and runs one TensorFlow function that decodes and augments
-the whole batch (recipes/data/decoding.py); TensorFlow releases the GIL, so
+the whole batch (recipes/data/images/decoding.py); TensorFlow releases the GIL, so
 the threads use the cores.
 """
 
@@ -22,10 +22,11 @@ from typing import Callable, Iterator
 import grain
 import numpy as np
 
-from recipes.data import decoding, in_memory
-from recipes.data.dataset import Batch, process_slice
-from recipes.data.examples import Examples
-from recipes.data.preprocess import Preprocessing
+from recipes.data.images import decoding
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline import in_memory
+from recipes.data.pipeline.dataset import Batch, process_slice
+from recipes.data.sources.examples import Examples
 
 
 def default_threads() -> int:
@@ -56,7 +57,7 @@ class _EpochOrders:
 
 class RandomAccessDataset:
   """The splits of a source of encoded examples, streamed: a Dataset
-  (recipes/data/dataset.py); the first of `evals` is the main split."""
+  (recipes/data/pipeline/dataset.py); the first of `evals` is the main split."""
 
   def __init__(self, train: Examples, evals: dict[str, Examples],
                num_classes: int, preprocessing: Preprocessing, channels: int,

@@ -4,7 +4,7 @@ any source that `python -m recipes.data.prepare SRC DST` copied.
 An image folder on a network disk or a Hugging Face dataset reads one file
 or row at a time; a prepared directory reads any example with one seek into
 a few large files, which is what the streamed reader
-(recipes/data/random_access.py) needs at ImageNet size.
+(recipes/data/pipeline/random_access.py) needs at ImageNet size.
 
 Each record is a serialized `tf.train.Example` with `image` (bytes_list: the
 JPEG or PNG file's bytes) and `label` (int64_list): the layout TFDS writes
@@ -42,8 +42,8 @@ from typing import Any, Sequence
 import numpy as np
 from tensorflow_datasets.proto import tf_example_pb2
 
-from recipes.data import tfds_source
-from recipes.data.examples import EncodedSource
+from recipes.data.sources import tfds_source
+from recipes.data.sources.examples import EncodedSource
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError, describe, shorten
 

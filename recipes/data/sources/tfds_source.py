@@ -12,7 +12,7 @@ import numpy as np
 import requests
 import tensorflow_datasets as tfds
 
-from recipes.data.examples import EncodedSource
+from recipes.data.sources.examples import EncodedSource
 from recipes.runtime.errors import UserError
 
 _FEATURES = ('image', 'label')

@@ -5,7 +5,7 @@
 # its default attention ('auto': cuDNN's fused kernel where it takes the
 # shapes) and once with XLA's, to see what the fused kernel buys.
 #
-#   OUT=/tmp/h200 bash bench/h200.sh
+#   OUT=/tmp/h200 bash recipes/bench/h200.sh
 #
 # It needs jax, flax, optax and clu (the step's metrics, recipes/core/metrics.py);
 # not TensorFlow, TFDS or ml_collections. On a machine without clu, put its

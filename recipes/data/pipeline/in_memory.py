@@ -13,9 +13,9 @@ incomplete batch of each epoch is dropped. Evaluation visits every example
 exactly once: the last batch is padded and the padding has `mask` False.
 
 Batches come out as numpy dicts with a leading local-batch axis: `image`
-float32 (see recipes/data/preprocess.py), `label` int32, and `mask` bool for
+float32 (see recipes/data/images/preprocess.py), `label` int32, and `mask` bool for
 evaluation. Placing them on devices is the strategy's job. InMemoryDataset
-offers the splits of a dataset this way (recipes/data/dataset.py).
+offers the splits of a dataset this way (recipes/data/pipeline/dataset.py).
 """
 
 import dataclasses
@@ -24,8 +24,8 @@ from typing import Iterator
 
 import tensorflow as tf
 
-from recipes.data.dataset import Batch, process_slice
-from recipes.data.preprocess import Preprocessing
+from recipes.data.images.preprocess import Preprocessing
+from recipes.data.pipeline.dataset import Batch, process_slice
 from recipes.runtime.errors import UserError
 
 
