@@ -296,6 +296,11 @@ def _tfds_source(name: str, data_dir: str | None) -> EncodedSource:
   from recipes.data.sources import tfds_source
 
   # pylint: enable=g-import-not-at-top
+  if os.sep in name or os.path.exists(name):  # Not a TFDS name: a path.
+    raise UserError(
+        f'SRC {name!r} is a path, not a source: give folder:{name} for a '
+        'folder of images, records:PATH for prepared ArrayRecord files, or '
+        f'fashion_mnist_idx --data_dir={name} for IDX files.')
   try:
     builder = tfds_source.prepared_builder(name, data_dir)
   except tfds.core.registered.DatasetNotFoundError:

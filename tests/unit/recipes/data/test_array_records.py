@@ -504,3 +504,12 @@ def test_a_streamed_tfds_array_record_build_equals_its_tfrecord_build(
                   held.eval_batches(batch_size=2)):
     np.testing.assert_array_equal(a['image'], b['image'])
     np.testing.assert_array_equal(a['label'], b['label'])
+
+
+@pytest.mark.parametrize('src', ['/usr/share/datasets/fashion-mnist', '.'])
+def test_a_path_as_source_says_which_prefix_it_needs(src):
+  with pytest.raises(UserError, match=(
+      rf"SRC '{re.escape(src)}' is a path, not a source: give "
+      rf'folder:{re.escape(src)} .* fashion_mnist_idx '
+      rf'--data_dir={re.escape(src)} for IDX files')):
+    prepare.open_source(src, None)
