@@ -55,3 +55,43 @@ def test_every_relative_link_leads_somewhere():
           linked):
         broken.append(f'{path.relative_to(ROOT)}: {target} (no such heading)')
   assert not broken, '\n'.join(broken)
+
+
+def _weights_claims():
+  """(models, tags) of each claim in the README model table's weights
+  column: "`a`, `b`: `tag`", "`a` also `tag`", "`a`: none" (tags empty), and
+  a whole cell "none ..." for the models the row names."""
+  import zoo  # pylint: disable=import-outside-toplevel
+  names = set(zoo.list_models())
+  claims = []
+  table = re.search(r'^\| family \|.*?\n\n', README.read_text(
+      encoding='utf-8'), re.MULTILINE | re.DOTALL).group(0)
+  for row in table.strip().splitlines()[2:]:
+    cells = [c.strip() for c in row.strip('| ').split(' | ')]
+    row_models = [m for m in re.findall(r'`(\w+)`', cells[1]) if m in names]
+    if cells[3].startswith('none'):
+      claims.append((row_models, []))
+      continue
+    for part in cells[3].split(';'):
+      head, sep, tail = part.partition(' also ')
+      if not sep:
+        head, sep, tail = part.partition(':')
+      models = [m for m in re.findall(r'`(\w+)`', head) if m in names]
+      tags = [t for t in re.findall(r'`(\w+)`', tail) if t not in names]
+      if models:
+        claims.append((models, [] if tail.strip().startswith('none')
+                       else tags[:1]))
+  return claims
+
+
+def test_the_readme_says_which_models_have_which_weights():
+  from zoo import weights  # pylint: disable=import-outside-toplevel
+  claims = _weights_claims()
+  assert (['bit_r152x4'], []) in claims  # "`bit_r152x4`: none"
+  assert len(claims) >= 8
+  for models, tags in claims:
+    for model in models:
+      if tags:
+        assert tags[0] in weights.tags(model), (model, tags[0])
+      else:
+        assert not weights.tags(model), (model, list(weights.tags(model)))
