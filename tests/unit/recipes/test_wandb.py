@@ -132,8 +132,11 @@ def test_an_offline_run_gets_the_scalars_and_config_and_a_resume_continues_it(
     assert run['run'].project == 'zoo-tests'
     assert run['run'].display_name == 'work'  # The workdir's name.
     assert list(run['run'].tags) == ['baseline', 'cnn']
-  # The config of the run's start, nested as the run's config is.
-  assert _flat(runs[0]['config']) == summaries.hparams(first)
+  # The config of the run's start, nested as the run's config is, with the
+  # values the run used: the data's image size, the batch size for eval.
+  assert _flat(runs[0]['config']) == {
+      **summaries.hparams(first), 'image_size': 28,
+      'eval_batch_size': first.batch_size}
   assert runs[0]['config']['mesh']['data'] == -1
   assert not runs[1]['config']  # Resumed: W&B keeps the first one.
   # The scalars TensorBoard got, steps 1-4 from the first, 5-6 the resumed.
