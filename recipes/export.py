@@ -16,7 +16,6 @@ exist: nothing is overwritten. Mistakes end with one line and exit status 1
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -27,7 +26,7 @@ import safetensors
 import safetensors.numpy
 from flax import traverse_util
 
-from recipes.checkpoint import resume
+from recipes.checkpoint import records, resume
 from recipes.checkpoint.converted import MODEL_FILE
 from recipes.runtime import library_noise, storage
 from recipes.runtime.errors import UserError, describe, shorten
@@ -88,18 +87,19 @@ def _model_record(file) -> tuple[str, dict]:
   """The 'model' and 'model_kwargs' of a run's config.json or a converted
   directory's model.json; a UserError naming the file if it is damaged."""
   try:
-    record = json.loads(file.read_text())
-  except ValueError:  # Not UTF-8 (UnicodeDecodeError) or not JSON.
-    record = None
+    record = records.read(
+        file, _names_a_model,
+        "a JSON object with the model's name and its model_kwargs",
+        advice='restore it, or write {"model": NAME, "model_kwargs": {...}} '
+        'into it as the model was made')
   except OSError as e:
     raise UserError(f'{file} cannot be read ({describe(e)}).') from None
-  if not (isinstance(record, dict) and isinstance(record.get('model'), str)
-          and isinstance(record.get('model_kwargs') or {}, dict)):
-    raise UserError(f'{file} is damaged (not a JSON object with the model\'s '
-                    'name and its model_kwargs); restore it, or write '
-                    '{"model": NAME, "model_kwargs": {...}} into it as the '
-                    'model was made.')
   return record['model'], dict(record.get('model_kwargs') or {})
+
+
+def _names_a_model(record) -> bool:
+  return (isinstance(record, dict) and isinstance(record.get('model'), str)
+          and isinstance(record.get('model_kwargs') or {}, dict))
 
 
 def _num_classes(src: str, name: str, kwargs: dict) -> int:

@@ -1,5 +1,7 @@
-"""Small JSON records a run keeps in its workdir (class_names.json,
-data_files.json): read back with one line for a damaged one, written whole.
+"""Small JSON records kept beside a run's checkpoints (class_names.json,
+data_files.json; config.json and a converted directory's model.json as
+export reads them): read back with one line for a damaged one, written
+whole.
 """
 
 import json
@@ -11,13 +13,16 @@ from etils import epath
 from recipes.runtime.errors import UserError
 
 
-def read(file: epath.Path, valid: Callable[[Any], bool], what: str) -> Any:
+def read(file: epath.Path, valid: Callable[[Any], bool], what: str,
+         advice: str = 'restore it, or delete it if the data has not changed'
+         ) -> Any:
   """The JSON value in `file`, which `valid` accepts.
 
   Args:
     file: the record.
     valid: whether a parsed value has the record's form.
     what: the form, for the message ('a JSON list of names').
+    advice: what to do about a damaged one, for the message.
 
   Raises:
     UserError: the file is not such JSON (binary, cut short, garbled).
@@ -28,8 +33,7 @@ def read(file: epath.Path, valid: Callable[[Any], bool], what: str) -> Any:
       return value
   except ValueError:  # Not UTF-8, not JSON.
     pass
-  raise UserError(f'{file} is damaged (not {what}); restore it, or delete '
-                  'it if the data has not changed.')
+  raise UserError(f'{file} is damaged (not {what}); {advice}.')
 
 
 def write(file: epath.Path, value: Any):
