@@ -335,16 +335,12 @@ def _writable(location: str):
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
       raise IsADirectoryError(21, 'a directory')
-    _partial(path).write_text('')
-    _partial(path).unlink()
+    partial = path.parent / (path.name + storage.PARTIAL)
+    partial.write_text('')  # Where write_whole writes the report first.
+    partial.unlink()
   except OSError as e:
     raise _not_writable(location, e) from None
   return path
-
-
-def _partial(path):
-  """Where the report is written before it replaces `path` whole."""
-  return path.parent / f'{path.name}.partial'
 
 
 def _not_writable(location: str, error: OSError) -> UserError:
@@ -378,8 +374,7 @@ def main(argv):
     if JSON.value:
       path = storage.path(JSON.value)
       try:
-        _partial(path).write_text(json.dumps(result, indent=2))
-        _partial(path).replace(path)
+        storage.write_whole(path, json.dumps(result, indent=2))
       except OSError as e:  # The disk filled while compiling, say.
         raise _not_writable(JSON.value, e) from None
     train = result['steps'][0]['memory']

@@ -5,11 +5,11 @@ whole.
 """
 
 import json
-import os
 from typing import Any, Callable
 
 from etils import epath
 
+from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
 
@@ -38,12 +38,5 @@ def read(file: epath.Path, valid: Callable[[Any], bool], what: str,
 
 def write(file: epath.Path, value: Any):
   """Writes `value` as JSON, whole: another process never reads half of it
-  (on a disk it is written beside, then renamed; a bucket's object appears
-  whole anyway)."""
-  text = json.dumps(value, indent=1)
-  if '://' in os.fspath(file):
-    file.write_text(text)
-    return
-  part = file.with_name(file.name + '.part')
-  part.write_text(text)
-  part.replace(file)
+  (storage.write_whole)."""
+  storage.write_whole(file, json.dumps(value, indent=1))

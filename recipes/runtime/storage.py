@@ -83,6 +83,26 @@ def path(name: str | os.PathLike) -> epath.Path:
   return epath.Path(name)
 
 
+# The suffix of a file being written whole (`write_whole`), beside its name.
+PARTIAL = '.partial'
+
+
+def write_whole(file: epath.Path, text: str):
+  """Writes `text` to `file` so that a reader never sees half of it: on a
+  disk beside it (FILE.partial), then renamed; a bucket's object appears
+  whole anyway.
+
+  Raises:
+    OSError: it cannot be written.
+  """
+  if '://' in os.fspath(file):
+    file.write_text(text)
+    return
+  partial = file.with_name(file.name + PARTIAL)
+  partial.write_text(text)
+  partial.replace(file)
+
+
 # Packages whose errors mean the storage service did not answer as it should.
 _CLIENT_PACKAGES = ('aiohttp', 'gcsfs', 'google', 'requests', 'urllib3',
                     'fsspec')
