@@ -98,10 +98,10 @@ def rotate(x, cos, sin):
   return (y * cos + turned * sin).astype(x.dtype)
 
 
-class CausalAttention(nn.Module):
-  """Causal self-attention with `num_kv_heads` key and value heads shared by
-  groups of the `num_heads` query heads (grouped-query attention; as many:
-  multi-head attention)."""
+class SelfAttention(nn.Module):
+  """Self-attention with `num_kv_heads` key and value heads shared by groups
+  of the `num_heads` query heads (grouped-query attention; as many:
+  multi-head attention); causal unless `causal=False` (an encoder's)."""
 
   num_heads: int
   num_kv_heads: int
@@ -111,6 +111,7 @@ class CausalAttention(nn.Module):
   attention_impl: str | None
   dtype: Any
   param_dtype: Any
+  causal: bool = True
 
   @nn.compact
   def __call__(self, x, rope, mask):
@@ -141,7 +142,7 @@ class CausalAttention(nn.Module):
       mask = jnp.broadcast_to(mask[:, None, None, :].astype(bool),
                               (n, 1, t, t))
     y = dot_product_attention(q, k, v, self.attention_impl, mask=mask,
-                              is_causal=True)
+                              is_causal=self.causal)
     return nn.Einsum(
         (self.num_heads, self.head_dim, embed), 'bthk,hkd->btd',
         use_bias=self.out_bias,
@@ -180,7 +181,7 @@ class DecoderBlock(nn.Module):
       branch = nn.Dropout(self.dropout_rate)(branch, self.deterministic)
       return nn.with_logical_constraint(x + branch, TOKENS)
 
-    x = add(x, CausalAttention(
+    x = add(x, SelfAttention(
         self.num_heads, self.num_kv_heads, self.head_dim,
         self.bias or self.qkv_bias, self.bias, self.attention_impl,
         name='attention', **layer)(norm(name='attention_norm')(x), rope, mask))

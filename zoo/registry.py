@@ -30,7 +30,7 @@ from zoo import nnx_models
 # What kind of network a variant is. Code that owns a mesh picks default
 # partition rules by family (recipes/parallel/partition_rules.py), so the zoo
 # names logical axes only, never mesh axes.
-FAMILIES = ('mlp', 'convnet', 'transformer', 'decoder')
+FAMILIES = ('mlp', 'convnet', 'transformer', 'decoder', 'encoder')
 # What a variant takes: images (float, HWC) or text (int32 token ids).
 MODALITIES = ('image', 'text')
 
@@ -99,7 +99,8 @@ def register(name: str, *, family: str,
 
   Args:
     name: the variant's registry name, e.g. 'resnet50'; unique.
-    family: one of FAMILIES ('mlp', 'convnet', 'transformer', 'decoder');
+    family: one of FAMILIES ('mlp', 'convnet', 'transformer', 'decoder',
+      'encoder');
       picks the default partition rules.
     input_shape: one example's shape (HWC; (length,) for text), or a
       function of the effective keyword arguments (a mapping) that returns

@@ -96,9 +96,11 @@ DECODER_RULES = DefaultRules((
     ('vocab', None),
 ))
 
-# By `zoo.spec(name).family`.
+# By `zoo.spec(name).family`; text encoders (BERT) name their axes as the
+# decoders do.
 FAMILY_RULES = {'mlp': CONV_RULES, 'convnet': CONV_RULES,
-                'transformer': TRANSFORMER_RULES, 'decoder': DECODER_RULES}
+                'transformer': TRANSFORMER_RULES, 'decoder': DECODER_RULES,
+                'encoder': DECODER_RULES}
 
 
 def default_rules(model: str) -> DefaultRules:
