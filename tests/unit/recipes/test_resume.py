@@ -24,6 +24,23 @@ def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn',
   return loop.train_and_evaluate(config, str(workdir))
 
 
+@pytest.fixture(scope='module', name='straight')
+def _straight(data_dir, tmp_path_factory):
+  """(workdir, final summary) of an uninterrupted 8-step pmap run of the
+  CNN (saves at 3, 6 and 8), for tests to compare with or copy."""
+  workdir = tmp_path_factory.mktemp('straight')
+  return workdir, _run(data_dir, workdir, 8)
+
+
+@pytest.fixture(scope='module', name='stopped')
+def _stopped(data_dir, tmp_path_factory):
+  """The workdir of the same run stopped at step 5 (saves at 3 and 5), for
+  tests to copy."""
+  workdir = tmp_path_factory.mktemp('stopped')
+  _run(data_dir, workdir, 5)
+  return workdir
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('strategy, model', [
     ('pmap', 'cnn'), ('sharded', 'cnn'), ('shard_map', 'cnn'),
@@ -31,15 +48,21 @@ def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn',
     ('pmap', 'tests.helpers:DropoutNet'),
     ('sharded', 'tests.helpers:DropoutNet')])
 def test_restart_resumes_and_matches_an_uninterrupted_run(
-    data_dir, tmp_path, caplog, strategy, model):
-  _run(data_dir, tmp_path / 'straight', 8, strategy, model)
-  # Saves at 3 and 5.
-  _run(data_dir, tmp_path / 'restarted', 5, strategy, model)
+    data_dir, tmp_path, caplog, request, strategy, model):
+  if (strategy, model) == ('pmap', 'cnn'):  # The module's shared runs.
+    uninterrupted = request.getfixturevalue('straight')[0]
+    shutil.copytree(request.getfixturevalue('stopped'),
+                    tmp_path / 'restarted')
+  else:
+    uninterrupted = tmp_path / 'straight'
+    _run(data_dir, uninterrupted, 8, strategy, model)
+    # Saves at 3 and 5.
+    _run(data_dir, tmp_path / 'restarted', 5, strategy, model)
   assert checkpoint.manager(str(tmp_path / 'restarted')).all_steps() == [3, 5]
   with caplog.at_level(logging.INFO):
     _run(data_dir, tmp_path / 'restarted', 8, strategy, model)
   assert 'Resuming from the checkpoint of step 5' in caplog.text
-  step, straight = saved_params(tmp_path / 'straight')
+  step, straight = saved_params(uninterrupted)
   resumed_step, resumed = saved_params(tmp_path / 'restarted')
   assert step == resumed_step == 8
   for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
@@ -47,22 +70,22 @@ def test_restart_resumes_and_matches_an_uninterrupted_run(
 
 
 @pytest.mark.slow
-def test_a_pmap_checkpoint_resumes_under_the_sharded_recipe(data_dir,
-                                                            tmp_path):
-  _run(data_dir, tmp_path / 'pmap', 8, 'pmap')
-  _run(data_dir, tmp_path / 'mixed', 5, 'pmap')
+def test_a_pmap_checkpoint_resumes_under_the_sharded_recipe(
+    data_dir, tmp_path, straight, stopped):
+  shutil.copytree(stopped, tmp_path / 'mixed')
   summary = _run(data_dir, tmp_path / 'mixed', 8, 'sharded')
   assert np.isfinite(summary['loss'])
-  _, expected = saved_params(tmp_path / 'pmap')
+  _, expected = saved_params(straight[0])
   _, got = saved_params(tmp_path / 'mixed')
   for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_finished_run_only_evaluates(data_dir, tmp_path):
-  first = _run(data_dir, tmp_path / 'done', 4)
-  again = _run(data_dir, tmp_path / 'done', 4)
-  assert checkpoint.manager(str(tmp_path / 'done')).all_steps() == [3, 4]
+def test_a_finished_run_only_evaluates(data_dir, tmp_path, straight):
+  workdir, first = straight
+  shutil.copytree(workdir, tmp_path / 'done')
+  again = _run(data_dir, tmp_path / 'done', 8)
+  assert checkpoint.manager(str(tmp_path / 'done')).all_steps() == [3, 6, 8]
   np.testing.assert_allclose(again['accuracy'], first['accuracy'])
   np.testing.assert_allclose(again['loss'], first['loss'], rtol=1e-6)
 
@@ -74,9 +97,9 @@ def _files(path):
 
 @pytest.mark.slow
 def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
-                                                      caplog):
-  _run(data_dir, tmp_path / 'straight', 8)
-  _run(data_dir, tmp_path / 'broken', 5)
+                                                      caplog, straight,
+                                                      stopped):
+  shutil.copytree(stopped, tmp_path / 'broken')
   latest = tmp_path / 'broken' / 'checkpoints' / '5'
   # A save that never finished leaves a temporary directory behind.
   unfinished = latest.parent / '7.orbax-checkpoint-tmp-1795990000'
@@ -90,29 +113,29 @@ def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
   assert f'Checkpoint {latest} is damaged: ' in caplog.text
   assert 'Resuming from the checkpoint of step 3' in caplog.text
   assert (tmp_path / 'broken' / 'checkpoints' / '5.unreadable').is_dir()
-  _, straight = saved_params(tmp_path / 'straight')
+  _, expected = saved_params(straight[0])
   _, resumed = saved_params(tmp_path / 'broken')
-  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+  for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(resumed)):
     np.testing.assert_array_equal(a, b)
 
 
-def test_a_checkpoint_of_another_model_is_an_error_and_is_kept(data_dir,
-                                                               tmp_path):
-  _run(data_dir, tmp_path, 3, model='cnn')
-  before = _files(tmp_path / 'checkpoints')
+def test_a_checkpoint_of_another_model_is_an_error_and_is_kept(
+    data_dir, tmp_path, straight):
+  shutil.copytree(straight[0], tmp_path / 'cnn')  # The CNN's checkpoints.
+  before = _files(tmp_path / 'cnn' / 'checkpoints')
   with pytest.raises(UserError, match=(
       r'does not fit this run: params/Dense_0/bias is shape \(256,\) there '
       r'and shape \(512,\) here')):
-    _run(data_dir, tmp_path, 6, model='mlp')
-  assert _files(tmp_path / 'checkpoints') == before
+    _run(data_dir, tmp_path / 'cnn', 10, model='mlp')
+  assert _files(tmp_path / 'cnn' / 'checkpoints') == before
 
 
 @pytest.mark.slow
 def test_turning_the_average_on_when_resuming_is_an_error_and_keeps_all(
-    data_dir, tmp_path):
-  _run(data_dir, tmp_path, 3)
-  before = _files(tmp_path / 'checkpoints')
+    data_dir, tmp_path, straight):
+  shutil.copytree(straight[0], tmp_path / 'cnn')
+  before = _files(tmp_path / 'cnn' / 'checkpoints')
   with pytest.raises(UserError, match='saved with a different '
                      r'--config.ema_decay'):
-    _run(data_dir, tmp_path, 6, ema_decay=0.9)
-  assert _files(tmp_path / 'checkpoints') == before
+    _run(data_dir, tmp_path / 'cnn', 10, ema_decay=0.9)
+  assert _files(tmp_path / 'cnn' / 'checkpoints') == before
