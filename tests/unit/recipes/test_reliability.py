@@ -2,6 +2,7 @@
 requested by a real signal, through the real loop (in-process)."""
 
 import os
+import shutil
 import signal
 import threading
 
@@ -26,6 +27,16 @@ def _config(data_dir, **overrides):
 
 # A learning rate this large overflows the weights within a few steps.
 DIVERGING = dict(learning_rate=1e30, momentum=0.0)
+
+pytestmark = pytest.mark.usefixtures('fast_compiles')  # A tiny MLP.
+
+
+@pytest.fixture(scope='module', name='trained')
+def _trained(data_dir, tmp_path_factory):
+  """(workdir, final summary) of one normal run of `_config`, which tests
+  read, start from or copy (none changes it)."""
+  workdir = tmp_path_factory.mktemp('trained')
+  return workdir, loop.train_and_evaluate(_config(data_dir), str(workdir))
 
 
 @pytest.mark.parametrize('strategy', ['pmap', 'sharded'])
@@ -70,12 +81,11 @@ def test_skip_nonfinite_updates_skips_and_counts_them(data_dir, tmp_path):
       np.testing.assert_array_equal(a, b)
 
 
-def test_normal_runs_write_finite_gradient_norms(data_dir, tmp_path):
-  loop.train_and_evaluate(_config(data_dir), str(tmp_path))
-  norms = read_scalars(str(tmp_path))['train/grad_norm']
+def test_normal_runs_write_finite_gradient_norms(trained):
+  norms = read_scalars(str(trained[0]))['train/grad_norm']
   assert sorted(norms) == [1, 2, 3, 4, 5, 6]
   assert all(0 < v < 100 for v in norms.values())
-  assert 'train/skipped_steps' not in read_scalars(str(tmp_path))
+  assert 'train/skipped_steps' not in read_scalars(str(trained[0]))
 
 
 @pytest.mark.parametrize('dtype', ['bfloat16', 'float16'])
@@ -97,9 +107,9 @@ def test_half_precision_computes_in_half_and_keeps_float32_state(
     assert 0 < float(restored['dynamic_scale']['scale']) <= 65536
 
 
-def test_init_from_loads_the_parameters_that_fit(data_dir, tmp_path, caplog):
-  source = tmp_path / 'source'
-  loop.train_and_evaluate(_config(data_dir), str(source))
+def test_init_from_loads_the_parameters_that_fit(data_dir, tmp_path, caplog,
+                                                 trained):
+  source = trained[0]
   trained = saved_params(source)[1]
   # A second hidden layer has no counterpart there: it starts from scratch;
   # a zero learning rate keeps what was loaded as it was.
@@ -118,15 +128,17 @@ def test_init_from_loads_the_parameters_that_fit(data_dir, tmp_path, caplog):
                             str(tmp_path / 'other'))
 
 
-def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path):
+def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path,
+                                                   trained):
   with pytest.raises(UserError, match='no checkpoint to evaluate'):
     loop.train_and_evaluate(_config(data_dir, mode='eval'), str(tmp_path))
-  trained = loop.train_and_evaluate(_config(data_dir), str(tmp_path))
+  workdir, summary = trained
+  shutil.copytree(workdir, tmp_path / 'run')
   evaluated = loop.train_and_evaluate(_config(data_dir, mode='eval'),
-                                      str(tmp_path))
-  np.testing.assert_allclose(evaluated['accuracy'], trained['accuracy'])
-  np.testing.assert_allclose(evaluated['loss'], trained['loss'], rtol=1e-6)
-  with checkpoint.manager(str(tmp_path)) as mngr:
+                                      str(tmp_path / 'run'))
+  np.testing.assert_allclose(evaluated['accuracy'], summary['accuracy'])
+  np.testing.assert_allclose(evaluated['loss'], summary['loss'], rtol=1e-6)
+  with checkpoint.manager(str(tmp_path / 'run')) as mngr:
     assert mngr.all_steps()[-1] == 6  # Nothing trained or written.
 
 
