@@ -91,12 +91,16 @@ def _poll(read, done, seconds: float = 120):
 
 
 @pytest.mark.slow
-def test_tensorboard_shows_the_scalars_and_the_hparams_metrics(tmp_path):
+def test_tensorboard_shows_the_scalars_the_hparams_metrics_and_the_profile(
+    tmp_path):
+  """One run, traced for two of its steps, on one server: its scalars, the
+  hparams dashboard and the profile tab."""
   data, workdir = tmp_path / 'data', tmp_path / 'run'
   data.mkdir()
   write_fashion_mnist(str(data), num_train=64, num_test=20)
   train.run(tiny_config(dataset='fashion_mnist_idx', data_dir=str(data),
-                        num_train_steps=6), str(workdir))
+                        num_train_steps=6, profile_steps=2,
+                        profile_start_step=2), str(workdir))
   written = read_scalars(workdir)
   run = summaries.DIRECTORY
 
@@ -130,30 +134,18 @@ def test_tensorboard_shows_the_scalars_and_the_hparams_metrics(tmp_path):
       last = max(values)
       assert shown[tag] == (last, pytest.approx(values[last])), tag
 
+    plugins = _poll(lambda: get('/data/plugins_listing'),
+                    lambda listing: 'profile' in listing)
+    assert plugins['profile']['enabled']
+    # One traced session, in the same run as the scalars.
+    [session] = _poll(lambda: get('/data/plugin/profile/runs'), bool)
+    assert session.startswith(run)
+    tools = get('/data/plugin/profile/run_tools', run=session)
+    assert 'trace_viewer@' in tools or 'trace_viewer' in tools
+
 
 _ALL_SESSIONS = {
     'experimentName': '', 'startIndex': 0, 'sliceSize': 100, 'colParams': [],
     'allowedStatuses': ['STATUS_UNKNOWN', 'STATUS_SUCCESS', 'STATUS_FAILURE',
                         'STATUS_RUNNING'],
 }
-
-
-@pytest.mark.slow
-def test_tensorboard_shows_the_profile_of_the_traced_steps(tmp_path):
-  data, workdir = tmp_path / 'data', tmp_path / 'run'
-  data.mkdir()
-  write_fashion_mnist(str(data), num_train=64, num_test=20)
-  train.run(tiny_config(dataset='fashion_mnist_idx', data_dir=str(data),
-                        num_train_steps=6, profile_steps=2,
-                        profile_start_step=2), str(workdir))
-  with _tensorboard(workdir, tmp_path / 'tensorboard.log') as url:
-    get = lambda path, **params: requests.get(
-        f'{url}{path}', params=params, timeout=30).json()
-    plugins = _poll(lambda: get('/data/plugins_listing'),
-                    lambda listing: 'profile' in listing)
-    assert plugins['profile']['enabled']
-    # One traced session, in the same run as the scalars.
-    [session] = _poll(lambda: get('/data/plugin/profile/runs'), bool)
-    assert session.startswith(summaries.DIRECTORY)
-    tools = get('/data/plugin/profile/run_tools', run=session)
-    assert 'trace_viewer@' in tools or 'trace_viewer' in tools

@@ -40,40 +40,37 @@ def test_no_beat_for_the_timeout_dumps_every_stack_and_exits():
 
 
 @pytest.mark.slow
-def test_beats_keep_a_run_alive_and_zero_turns_the_watchdog_off():
-  result = _python(
-      'import time\n'
-      'from recipes.runtime.watchdog import Watchdog\n'
-      'with Watchdog(0.5) as dog:\n'
-      '  for step in range(40):\n'
-      '    dog.beat(f"step {step}")\n'
-      '    time.sleep(0.05)\n'
-      'with Watchdog(0):\n'
-      '  time.sleep(1.5)\n'
-      'print("finished")\n')
-  assert result.returncode == 0, result.stderr
-  assert result.stdout == 'finished\n'
-
-
-@pytest.mark.slow
-def test_time_suspended_is_not_a_stall():
-  """SIGSTOP for three times the timeout, then SIGCONT (Ctrl-Z and fg, or a
-  scheduler's suspend): the run goes on and finishes."""
+def test_beats_keep_a_run_alive_zero_turns_it_off_and_suspended_is_no_stall():
+  """Beats more often than the timeout keep a run alive; 0 turns the watchdog
+  off; then SIGSTOP for three times the timeout, and SIGCONT (Ctrl-Z and fg,
+  or a scheduler's suspend): the run goes on and finishes."""
   process = subprocess.Popen(
       [sys.executable, '-c',
        'import time\n'
        'from recipes.runtime.watchdog import Watchdog\n'
-       'with Watchdog(2) as dog:\n'
-       '  for step in range(60):\n'
+       'with Watchdog(0.5) as dog:\n'
+       '  for step in range(40):\n'
        '    dog.beat(f"step {step}")\n'
+       '    time.sleep(0.05)\n'
+       'with Watchdog(0):\n'
+       '  time.sleep(1.5)\n'
+       'with Watchdog(2) as dog:\n'
+       '  for step in range(40):\n'
+       '    dog.beat(f"step {step}")\n'
+       '    if step == 0:\n'
+       '      print("suspend me", flush=True)\n'
        '    time.sleep(0.1)\n'
        'print("finished")\n'], cwd=ROOT, text=True,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-  time.sleep(2)  # Python started, the loop is running.
-  process.send_signal(signal.SIGSTOP)
-  time.sleep(6)
-  process.send_signal(signal.SIGCONT)
-  stdout, stderr = process.communicate(timeout=60)
+  try:
+    # The last loop is running: the first two passed.
+    assert process.stdout.readline() == 'suspend me\n', process.stderr.read()
+    process.send_signal(signal.SIGSTOP)
+    time.sleep(6)
+    process.send_signal(signal.SIGCONT)
+    stdout, stderr = process.communicate(timeout=60)
+  finally:
+    process.kill()
   assert process.returncode == 0, stderr
   assert stdout == 'finished\n'
 
