@@ -10,9 +10,10 @@ timm/models/resnetv2.py) with BiT's epsilon 1e-10, an independent reading of
 the same format; big_vision's layout against the same weights in timm's
 ResNetV2 with stem_type='', whose max-pool pads as Flax's does. With 32
 groups per norm (a file does not say how many), the tiny BiTs of the fast
-tier are 32 wide, with (2, 1, 1, 1) blocks. The registered sizes, in the
-slow tier, are compared in float64 (see there why). The .npz layouts and
-the errors are checked without torch too.
+tier are 32 wide, with (2, 1, 1, 1) blocks. BiT-R50x1, in the slow tier,
+is compared at full size in float64 (see there why), the larger registered
+sizes with TESTS_ALL_SIZES=1. The .npz layouts and the errors are checked
+without torch too.
 """
 
 import functools
@@ -24,11 +25,12 @@ import numpy as np
 import pytest
 
 import zoo
-from tests.convert_helpers import (RTOL, assert_exactly_once, hide_triton,
-                                   images, randomize_torch, relative_difference,
-                                   torch_logits, zoo_logits)
+from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
+                                   hide_triton, images, randomize_torch,
+                                   relative_difference, torch_logits,
+                                   zoo_logits)
 from zoo import convert
-from zoo.convert import export, timm_bit
+from zoo.convert import export, timm_bit, variants
 
 # At collection (importing torch starts a process, not allowed in a fast
 # test; Triton hidden before timm imports torchvision). Optional: the .npz
@@ -188,11 +190,15 @@ TIMM_NAMES = {
 
 @needs_timm
 def test_templates_are_timms_state_dicts():
+  """And each registered BiT is found from its file's sizes alone (the
+  larger ones are compared at full size with TESTS_ALL_SIZES=1 only)."""
   for timm_name, name in TIMM_NAMES.items():
     theirs = timm.create_model(timm_name, device='meta').state_dict()
     kwargs = zoo.spec(name).defaults
     assert timm_bit.template(name, kwargs) == {
         k: tuple(v.shape) for k, v in theirs.items()}, name
+    assert variants.bit('f', None, *timm_bit.sizes(theirs, 'f')) == (
+        name, {}), name
   headless = timm.create_model('resnetv2_50x1_bit', device='meta',
                                num_classes=0).state_dict()
   assert timm_bit.template('bit_r50x1', {
@@ -201,9 +207,12 @@ def test_templates_are_timms_state_dicts():
 
 
 @needs_timm
-@pytest.mark.slow  # 25M to 388M parameters: the same code, larger.
-@pytest.mark.parametrize('timm_name', [n for n in TIMM_NAMES
-                                       if n != 'resnetv2_152x4_bit'])
+@pytest.mark.slow  # 25M parameters (the larger ones up to 388M: the same
+# code at other widths and depths, minutes each in float64).
+@pytest.mark.parametrize('timm_name', [
+    'resnetv2_50x1_bit',
+    *(pytest.param(n, marks=all_sizes_only) for n in TIMM_NAMES
+      if n not in ('resnetv2_50x1_bit', 'resnetv2_152x4_bit'))])
 def test_registered_bits_give_timms_logits_in_float64(timm_name, tmp_path):
   """Compared in float64, where the two agree to about 1e-13: at these
   depths float32 rounding alone takes either one's logits 1e-5 to 4e-5 from

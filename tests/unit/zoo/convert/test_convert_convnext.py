@@ -28,12 +28,13 @@ import jax.numpy as jnp
 from torchvision.models import convnext as torchvision_models
 
 import zoo
-from tests.convert_helpers import (RTOL, assert_exactly_once, images,
-                                   randomize_torch, relative_difference,
-                                   torch_logits,
+from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
+                                   images, randomize_torch,
+                                   relative_difference, torch_logits,
                                    torchvision_resnet18_state_dict, zoo_logits)
 from zoo import convert, layers
-from zoo.convert import export, timm_convnext, torchvision_convnext
+from zoo.convert import (export, timm_convnext, torchvision_convnext,
+                         variants)
 
 # The test size: stage 1 has two blocks, so block indices are checked too.
 DEPTHS, DIMS, CLASSES = (1, 2, 1, 1), (8, 16, 32, 64), 5
@@ -104,11 +105,15 @@ def test_convnexts_of_the_test_size_give_the_originals_logits(
   _check_logits(source, name, 'convnext_tiny', SMALL, path, model)
 
 
-# A full-width ConvNeXt takes 10-60 s to build, convert and compile.
+# A full-width ConvNeXt takes 10-60 s to build, convert and compile; the
+# larger ones are the same code at other widths and depths (each found from
+# its sizes in test_template_is_the_originals_state_dict_in_its_order).
 @pytest.mark.slow
 @pytest.mark.parametrize('source', ['timm', 'torchvision'])
-@pytest.mark.parametrize('name', ['convnext_tiny', 'convnext_small',
-                                  'convnext_base', 'convnext_large'])
+@pytest.mark.parametrize('name', [
+    'convnext_tiny',
+    *(pytest.param(name, marks=all_sizes_only)
+      for name in ('convnext_small', 'convnext_base', 'convnext_large'))])
 def test_registered_convnexts_give_the_originals_logits(source, name,
                                                         tmp_path):
   model = _original(source, name)
@@ -130,6 +135,9 @@ def test_template_is_the_originals_state_dict_in_its_order(source, name):
   assert list(CONVERTERS[source].template(
       name or 'convnext_tiny', kwargs).items()) == [
           (k, tuple(v.shape)) for k, v in model.state_dict().items()]
+  if name:  # A registered size is found from the file's sizes alone.
+    assert variants.convnext('f', None, *CONVERTERS[source].LAYOUT.sizes(
+        model.state_dict())) == (name, {})
 
 
 @pytest.mark.parametrize('source', ['timm', 'torchvision'])

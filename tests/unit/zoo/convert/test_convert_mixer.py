@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 import zoo
-from tests.convert_helpers import (RTOL, assert_exactly_once, google_vit_npz,
-                                   hide_triton, images, randomize_torch,
+from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
+                                   google_vit_npz, hide_triton, images,
+                                   randomize_torch,
                                    relative_difference, torch_logits,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits,
@@ -120,9 +121,16 @@ def test_mixer_s16_gives_timms_logits(fmt, tmp_path):
   _check_timm('mixer_s16', tmp_path, fmt)
 
 
+# 60M and 208M parameters: the same code, larger (mixer_s16, compared at
+# full width, is the one the suite runs; each size is found from its sizes in
+# test_each_registered_mixer_is_found_by_its_sizes).
+larger_mixers = pytest.mark.parametrize('zoo_name', [
+    pytest.param(n, marks=all_sizes_only) for n in ('mixer_b16', 'mixer_l16')])
+
+
 @needs_timm
-@pytest.mark.slow  # 60M and 208M parameters: the same code, larger.
-@pytest.mark.parametrize('zoo_name', ['mixer_b16', 'mixer_l16'])
+@pytest.mark.slow
+@larger_mixers
 def test_larger_mixers_give_timms_logits(zoo_name, tmp_path):
   _check_timm(zoo_name, tmp_path, 'safetensors')
 
@@ -379,8 +387,8 @@ def test_google_mixer_s16_gives_the_logits_of_timm_with_its_arrays(tmp_path):
 
 
 @needs_timm
-@pytest.mark.slow  # 60M and 208M parameters: the same code, larger.
-@pytest.mark.parametrize('zoo_name', ['mixer_b16', 'mixer_l16'])
+@pytest.mark.slow
+@larger_mixers
 def test_larger_google_mixers_give_the_logits_of_timm_with_their_arrays(
     zoo_name, tmp_path):
   _check_google(zoo_name, tmp_path)

@@ -18,9 +18,10 @@ torch, timm, safetensors_torch = originals(
 
 # pylint: disable=wrong-import-position
 import zoo
-from tests.convert_helpers import (RTOL, assert_exactly_once, images,
-                                   randomize_torch, relative_difference,
-                                   torch_logits, zoo_logits)
+from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
+                                   images, randomize_torch,
+                                   relative_difference, torch_logits,
+                                   zoo_logits)
 from zoo import convert
 from zoo.convert import export, timm_vit
 
@@ -57,9 +58,14 @@ def test_vit_s16_gives_timms_logits(tmp_path):
   _check('vit_small_patch16_224', 'vit_s16', tmp_path, 'pth')
 
 
-@pytest.mark.slow  # 86M and 304M parameters: the same code, larger.
+# 86M and 304M parameters: the same code as ViT-Ti and S at full width,
+# larger (each found from its sizes in test_convert_big_vision.py's
+# test_each_registered_vit_is_found_by_its_sizes).
+@pytest.mark.slow
 @pytest.mark.parametrize('name,zoo_name', [
-    ('vit_base_patch16_224', 'vit_b16'), ('vit_large_patch16_224', 'vit_l16')])
+    pytest.param(*names, marks=all_sizes_only) for names in [
+        ('vit_base_patch16_224', 'vit_b16'),
+        ('vit_large_patch16_224', 'vit_l16')]])
 def test_larger_vits_give_timms_logits(name, zoo_name, tmp_path):
   _check(name, zoo_name, tmp_path, 'safetensors')
 

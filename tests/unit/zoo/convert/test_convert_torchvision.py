@@ -19,9 +19,10 @@ torch, torchvision, safetensors_torch = originals(
 import jax
 
 import zoo
-from tests.convert_helpers import (RTOL, assert_exactly_once, images,
-                                   randomize_torch, relative_difference,
-                                   torch_logits, zoo_logits)
+from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
+                                   images, randomize_torch,
+                                   relative_difference, torch_logits,
+                                   zoo_logits)
 from zoo import convert
 from zoo.convert import export
 
@@ -57,8 +58,13 @@ def test_resnets_give_torchvisions_logits(name, fmt, tmp_path):
   _check(name, tmp_path, fmt)
 
 
-@pytest.mark.slow  # Deeper nets: the same code, 10-60 s each to compile.
-@pytest.mark.parametrize('name', ['resnet34', 'resnet101', 'resnet152'])
+# Deeper nets: the same code as ResNet-18 (basic blocks) and ResNet-50
+# (bottlenecks), 10-60 s each to compile; each found from its file in
+# test_template_is_torchvisions_state_dict.
+@pytest.mark.slow
+@pytest.mark.parametrize('name', [
+    pytest.param(n, marks=all_sizes_only)
+    for n in ('resnet34', 'resnet101', 'resnet152')])
 def test_deeper_resnets_give_torchvisions_logits(name, tmp_path):
   _check(name, tmp_path, 'safetensors')
 
@@ -143,12 +149,16 @@ def test_features_are_torchvisions_stage_outputs(tmp_path):
     assert relative_difference(feature, theirs) <= RTOL, i
 
 
-@pytest.mark.parametrize('name', ['resnet18', 'resnet50'])
+@pytest.mark.parametrize('name', ['resnet18', 'resnet34', 'resnet50',
+                                  'resnet101', 'resnet152'])
 def test_template_is_torchvisions_state_dict(name):
-  theirs = getattr(torchvision.models, name)().state_dict()
+  """And the file's architecture is found from its tensors."""
+  with torch.device('meta'):  # Names and shapes, no memory.
+    theirs = getattr(torchvision.models, name)().state_dict()
   assert convert.torchvision_resnet.template(
       name, zoo.spec(name).defaults) == {
           k: tuple(v.shape) for k, v in theirs.items()}
+  assert convert.torchvision_resnet.architecture(theirs, 'f') == name
 
 
 def test_export_gives_torchvision_the_same_model(tmp_path):
