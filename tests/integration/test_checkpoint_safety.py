@@ -41,6 +41,30 @@ def _largest_file(directory):
   return max(files, key=lambda p: p.stat().st_size)
 
 
+@pytest.fixture(scope='module', name='straight')
+def _straight(data_dir, tmp_path_factory):
+  """A 6-step run never damaged: checkpoints 2, 4 and 6. Tests damage a
+  copy of it (the run they would make again) and compare the resumed run's
+  parameters with its own."""
+  workdir = tmp_path_factory.mktemp('straight')
+  _run(data_dir, workdir, 6)
+  assert _steps(workdir) == [2, 4, 6]
+  return workdir
+
+
+def _copy(straight, workdir):
+  """`workdir`, a copy of the straight run's."""
+  shutil.copytree(straight, workdir)
+  return workdir
+
+
+def _assert_resumed_as_straight(straight, workdir):
+  _, expected = saved_params(straight)
+  _, resumed = saved_params(workdir)
+  for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(a, b)  # As if nothing had happened.
+
+
 def test_keep_checkpoints_zero_keeps_them_all(data_dir, tmp_path):
   _run(data_dir, tmp_path, 10, keep_checkpoints=0)
   assert _steps(tmp_path) == [2, 4, 6, 8, 10]
@@ -55,11 +79,9 @@ def test_no_new_checkpoints_still_resumes_from_the_old_ones(
   assert _steps(tmp_path) == [2, 4]  # Nothing saved, nothing deleted.
 
 
-@pytest.mark.slow
-def test_every_checkpoint_carries_the_checksums_of_its_files(data_dir,
-                                                             tmp_path):
-  _run(data_dir, tmp_path, 2)
-  item = tmp_path / 'checkpoints' / '2' / 'default'
+@pytest.mark.slow  # sha256sum is a process.
+def test_every_checkpoint_carries_the_checksums_of_its_files(straight):
+  item = straight / 'checkpoints' / '6' / 'default'
   listed = (item / checksums.FILE_NAME).read_text().splitlines()
   files = {str(p.relative_to(item)) for p in item.rglob('*') if p.is_file()}
   # Every file orbax wrote, and orbax's own commit marker written after.
@@ -74,9 +96,8 @@ def test_every_checkpoint_carries_the_checksums_of_its_files(data_dir,
 
 @pytest.mark.slow
 def test_flipped_bytes_are_found_and_the_checkpoint_before_is_used(
-    data_dir, tmp_path, caplog):
-  _run(data_dir, tmp_path / 'straight', 6)
-  _run(data_dir, tmp_path / 'flipped', 6)
+    data_dir, straight, tmp_path, caplog):
+  _copy(straight, tmp_path / 'flipped')
   latest = tmp_path / 'flipped' / 'checkpoints' / '6'
   damaged = _largest_file(latest)
   data = bytearray(damaged.read_bytes())
@@ -88,10 +109,7 @@ def test_flipped_bytes_are_found_and_the_checkpoint_before_is_used(
           'checksum.') in caplog.text
   assert 'Resuming from the checkpoint of step 4' in caplog.text
   assert (latest.parent / '6.unreadable').is_dir()  # Kept, set aside.
-  _, straight = saved_params(tmp_path / 'straight')
-  _, resumed = saved_params(tmp_path / 'flipped')
-  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
-    np.testing.assert_array_equal(a, b)  # As if nothing had happened.
+  _assert_resumed_as_straight(straight, tmp_path / 'flipped')
 
 
 @pytest.mark.slow
@@ -102,9 +120,8 @@ def test_flipped_bytes_are_found_and_the_checkpoint_before_is_used(
     lambda path: path.chmod(0),  # Unreadable (where the user is not root).
 ], ids=['binary', 'text', 'empty', 'unreadable'])
 def test_a_garbled_checksum_file_is_damage_and_the_one_before_is_used(
-    data_dir, tmp_path, caplog, garble):
-  _run(data_dir, tmp_path / 'straight', 6)
-  _run(data_dir, tmp_path / 'garbled', 6)
+    data_dir, straight, tmp_path, caplog, garble):
+  _copy(straight, tmp_path / 'garbled')
   latest = tmp_path / 'garbled' / 'checkpoints' / '6'
   listing = latest / 'default' / checksums.FILE_NAME
   garble(listing)
@@ -115,58 +132,55 @@ def test_a_garbled_checksum_file_is_damage_and_the_one_before_is_used(
   assert f'Checkpoint {latest} is damaged: {listing} ' in caplog.text
   assert 'Resuming from the checkpoint of step 4' in caplog.text
   assert (latest.parent / '6.unreadable').is_dir()  # Kept, set aside.
-  _, straight = saved_params(tmp_path / 'straight')
-  _, resumed = saved_params(tmp_path / 'garbled')
-  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
-    np.testing.assert_array_equal(a, b)
+  _assert_resumed_as_straight(straight, tmp_path / 'garbled')
 
 
 @pytest.mark.parametrize('with_checksums', [True, False])
 def test_deleted_metadata_is_damage_not_another_model(
-    data_dir, tmp_path, caplog, with_checksums):
-  _run(data_dir, tmp_path, 4)
-  latest = tmp_path / 'checkpoints' / '4'
+    data_dir, straight, tmp_path, caplog, with_checksums):
+  workdir = _copy(straight, tmp_path / 'work')
+  latest = workdir / 'checkpoints' / '6'
   (latest / 'default' / '_METADATA').unlink()
   (latest / '_CHECKPOINT_METADATA').unlink()
   if not with_checksums:  # As written before checksums were kept.
     (latest / 'default' / checksums.FILE_NAME).unlink()
   with caplog.at_level(logging.INFO):
-    _run(data_dir, tmp_path, 4)
+    _run(data_dir, workdir, 6)
   assert f'Checkpoint {latest} is damaged: ' in caplog.text
-  assert 'Resuming from the checkpoint of step 2' in caplog.text
+  assert 'Resuming from the checkpoint of step 4' in caplog.text
 
 
 def test_a_truncated_file_without_checksums_is_handled_without_tracebacks(
-    data_dir, tmp_path, caplog, capfd):
-  _run(data_dir, tmp_path, 4)
-  latest = tmp_path / 'checkpoints' / '4'
+    data_dir, straight, tmp_path, caplog, capfd):
+  workdir = _copy(straight, tmp_path / 'work')
+  latest = workdir / 'checkpoints' / '6'
   (latest / 'default' / checksums.FILE_NAME).unlink()
   for path in (latest / 'default').rglob('*'):
     if path.is_file() and path.stat().st_size > 1000:  # The array data.
       path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
   capfd.readouterr()
   with caplog.at_level(logging.INFO):
-    _run(data_dir, tmp_path, 4)
+    _run(data_dir, workdir, 6)
   assert f'Checkpoint {latest} is damaged: ' in caplog.text
-  assert 'Resuming from the checkpoint of step 2' in caplog.text
+  assert 'Resuming from the checkpoint of step 4' in caplog.text
   stderr = capfd.readouterr().err
   assert 'Traceback' not in stderr and 'Exception ignored' not in stderr
 
 
 def test_when_every_checkpoint_is_damaged_the_run_stops_and_renames_nothing(
-    data_dir, tmp_path):
-  _run(data_dir, tmp_path, 4)
-  for step in (2, 4):
-    path = _largest_file(tmp_path / 'checkpoints' / str(step))
+    data_dir, straight, tmp_path):
+  workdir = _copy(straight, tmp_path / 'work')
+  for step in (2, 4, 6):
+    path = _largest_file(workdir / 'checkpoints' / str(step))
     path.write_bytes(b'\0' * path.stat().st_size)
   for _ in range(2):  # The same answer every time: nothing was moved.
     with pytest.raises(UserError) as error:
-      _run(data_dir, tmp_path, 6)
+      _run(data_dir, workdir, 8)
     assert str(error.value) == (
-        f'no usable checkpoint in {tmp_path}/checkpoints: 4, 2 are damaged '
+        f'no usable checkpoint in {workdir}/checkpoints: 6, 4, 2 are damaged '
         '(see the warnings above). To start afresh, move that directory away '
         'or use another --workdir.')
-    assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', '4']
+    assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4', '6']
 
 
 def test_checkpoints_set_aside_before_do_not_mean_a_fresh_start(
