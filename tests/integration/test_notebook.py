@@ -121,7 +121,7 @@ def test_the_notebook_runs_top_to_bottom(tmp_path):
   assert ('trained from scratch: params/Dense_0/bias, '
           'params/Dense_0/kernel.') in text
   tuned = float(re.search(r'ResNet-18 test accuracy: ([\d.]+)', text)[1])
-  assert tuned > 0.5, text[-3000:]  # Random weights, 60 steps: 0.78.
+  assert tuned > 0.5, text[-3000:]  # Random weights, 30 steps: 0.67.
   # The curves of both runs, as images.
   plots = [o for c in cells for o in c.outputs
            if 'image/png' in o.get('data', {})]
