@@ -1,6 +1,7 @@
 """Real multi-process runs on localhost (launch/pod.sh: test_pod.py)."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,34 +23,58 @@ def _launch(num_processes, devices, command, timeout=300):
       env=command_env())
 
 
+# The name a run without --workdir gets, on its first line.
+NAME = re.compile(r'Workdir: (runs/\d{8}-\d{6}_fashion_mnist_pmap(_\d+)?) ')
+
+
 @pytest.mark.slow
 def test_two_processes_equal_one_process(tmp_path):
+  """1 process of 8 devices, then 2 of 4 launched, both without --workdir
+  in one directory: the same metrics; each run in a new
+  runs/DATE-TIME_CONFIG/ named on its first line (the second does not resume
+  the first), the launch's processes all in process 0's."""
   data = tmp_path / 'data'
   data.mkdir()
   write_fashion_mnist(str(data), num_train=64, num_test=20)
-  runs = {}
-  for processes, devices in ((2, 4), (1, 8)):
-    workdir = tmp_path / f'{processes}x{devices}'
-    result = _launch(processes, devices, [
-        sys.executable, '-m', 'recipes.train',
-        '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
-        f'--config.data_dir={data}', '--config.batch_size=16',
-        '--config.eval_batch_size=16', '--config.num_train_steps=24',
-        '--config.log_every_steps=4', '--config.eval_every_steps=12'])
-    assert result.returncode == 0, result.stdout[-3000:]
-    for index in range(processes):
+  command = [
+      sys.executable, '-m', 'recipes.train',
+      f'--config={os.path.join(ROOT, "configs", "fashion_mnist_pmap.py")}',
+      f'--config.data_dir={data}', '--config.batch_size=16',
+      '--config.eval_batch_size=16', '--config.num_train_steps=24',
+      '--config.log_every_steps=4', '--config.eval_every_steps=12']
+  runs, names = {}, []
+  for processes, devices in ((1, 8), (2, 4)):
+    launch = [LOCAL_LAUNCHER, f'--num_processes={processes}',
+              f'--devices_per_process={devices}', '--'] * (processes > 1)
+    result = subprocess.run(
+        launch + command, cwd=tmp_path, capture_output=True, text=True,
+        timeout=300, env=command_env(JAX_NUM_CPU_DEVICES=str(devices)))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    lines = result.stdout.splitlines()
+    prefix = '[0] ' if processes > 1 else ''
+    # (A launch's first line may be another process's.)
+    [line] = [l for l in lines if 'Workdir: ' in l]
+    assert line.startswith(f'{prefix}Workdir: ') and (
+        processes > 1 or line == lines[0]), line
+    names.append(NAME.search(line)[1])
+    assert f'--workdir={names[-1]} resumes it' in line
+    for index in range(1, processes):
       assert f'[{index}] ' in result.stdout
     # Process 0 alone logs the metrics: one line for each of the 6 train
     # logs and 2 evaluations (which count all 20 test images, whatever the
     # number of hosts).
-    lines = result.stdout.splitlines()
-    assert [line[:4] for line in lines if 'train/loss=' in line] == [
-        '[0] '] * 6
-    assert [line[:4] for line in lines if 'over 20 examples' in line] == [
-        '[0] '] * 2
-    # Every process took part in writing the final checkpoint.
-    assert os.listdir(workdir / 'checkpoints') == ['24']
-    runs[processes] = read_scalars(str(workdir))
+    # (A single process logs to stderr; the launcher passes it on.)
+    logged = (result.stdout + result.stderr).splitlines()
+    assert [l[:len(prefix)] for l in logged if 'train/loss=' in l] == [
+        prefix] * 6
+    assert [l[:len(prefix)] for l in logged if 'over 20 examples' in l] == [
+        prefix] * 2
+    # Every process took part in writing the final checkpoint, there.
+    assert os.listdir(tmp_path / names[-1] / 'checkpoints') == ['24']
+    runs[processes] = read_scalars(str(tmp_path / names[-1]))
+  assert names[0] != names[1]  # The second run does not resume the first.
+  assert sorted(os.listdir(tmp_path / 'runs')) == sorted(
+      os.path.basename(n) for n in names)
   assert sorted(runs[2]['train/loss']) == [4, 8, 12, 16, 20, 24]
   for tag in ('train/loss', 'train/accuracy', 'eval/loss', 'eval/accuracy'):
     two, one = runs[2][tag], runs[1][tag]
