@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import jax
 import pytest
@@ -51,20 +52,33 @@ def test_a_resumed_run_reads_its_steps_from_the_cache(data_dir, tmp_path):
              '--config.batch_size=16', '--config.num_train_steps=400',
              '--config.log_every_steps=10', '--config.eval_every_steps=20',
              f'--config.compilation_cache_dir={cache}']
-  first = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  for line in first.stdout:
-    if ': eval loss ' in line:  # Both steps compiled.
-      first.send_signal(signal.SIGTERM)  # Saves, and stops.
-      break
-  output, _ = first.communicate(timeout=120)
-  assert first.returncode == 0, output[-3000:]
-  assert 'Stopped by SIGTERM' in output, output[-3000:]
+
+  def run_to_the_first_evaluation():
+    """Runs `command` until both steps have run, then stops it (SIGTERM:
+    saves, and stops); returns its output."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    hung = threading.Timer(300, process.kill)  # Ends the wait for the line.
+    hung.start()
+    lines = []
+    try:
+      for line in process.stdout:
+        lines.append(line)
+        if ': eval loss ' in line:  # Both steps compiled.
+          process.send_signal(signal.SIGTERM)
+          break
+    finally:
+      hung.cancel()
+    output = ''.join(lines) + process.communicate(timeout=120)[0]
+    assert process.returncode == 0, output[-3000:]
+    assert 'Stopped by SIGTERM' in output, output[-3000:]
+    return output
+
+  run_to_the_first_evaluation()
   compiled = _steps(cache)
   assert {name.split('-')[0] for name in compiled} == {
       'jit_train_step', 'jit_eval_step'}, compiled
-  resumed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=300)
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert 'Resum' in resumed.stderr, resumed.stderr[-3000:]
+  resumed = run_to_the_first_evaluation()
+  assert 'Resum' in resumed, resumed[-3000:]
   assert _steps(cache) == compiled  # Read, not compiled and written again.
