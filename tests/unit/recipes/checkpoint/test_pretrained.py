@@ -24,14 +24,15 @@ from flax import traverse_util
 
 import zoo
 from recipes import convert as command
-from recipes import experiment
+from recipes import experiment, train
 from recipes.checkpoint import converted, resume
 from recipes.config import defaults
 from recipes.data.sources import tfds_source
 from tests.convert_helpers import (GoogleViT, google_vit_npz,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits)
-from tests.helpers import ROOT, command_env, small_disk, write_fashion_mnist
+from tests.helpers import (ROOT, command_env, config_from_command_line,
+                           small_disk, write_fashion_mnist)
 from tests.hub_server import serve_resnet18
 from zoo import convert
 
@@ -194,17 +195,10 @@ def _assert_started_from(exp, state, converted):
 
 
 @pytest.mark.slow  # Builds and initializes a ResNet-18 run: about 20 s.
-def test_init_from_puts_the_converted_weights_into_the_train_state(
-    tmp_path, capsys, monkeypatch):
-  path, converted = _resnet18_checkpoint(tmp_path, capsys)
-  _, exp = _resnet18_run(monkeypatch, init_from=path)
-  state = resume.init_from(path, exp.strategy, exp.create_state())
-  _assert_started_from(exp, state, converted)
-
-
-@pytest.mark.slow  # Builds and initializes a ResNet-18 run: about 20 s.
-def test_pretrained_puts_the_published_weights_into_the_train_state(
-    tmp_path, monkeypatch, caplog):
+def test_init_from_and_pretrained_put_the_weights_into_the_train_state(
+    tmp_path, capsys, monkeypatch, caplog):
+  """One ResNet-18 run, started from the command's conversion
+  (--config.init_from) and from published weights (--config.pretrained)."""
   hub, state_dict = serve_resnet18(tmp_path, monkeypatch)
   try:  # Building the run downloads and converts the weights ...
     config, exp = _resnet18_run(monkeypatch, pretrained='tv_in1k')
@@ -218,6 +212,10 @@ def test_pretrained_puts_the_published_weights_into_the_train_state(
   _assert_started_from(exp, state, converted)
   assert ('Initialized 60 parameter arrays and 40 batch statistics from '
           'resnet18.tv_in1k') in caplog.text
+
+  path, converted = _resnet18_checkpoint(tmp_path, capsys)
+  state = resume.init_from(path, exp.strategy, exp.create_state())
+  _assert_started_from(exp, state, converted)
 
 
 def test_command_mistakes_are_one_line(tmp_path, capsys, vit_file):
@@ -249,7 +247,7 @@ def test_command_mistakes_are_one_line(tmp_path, capsys, vit_file):
 
 @pytest.mark.slow  # New processes, for the log as users see it.
 def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
-    tmp_path):
+    tmp_path, capsys):
   write_safetensors(tmp_path / 'resnet18.safetensors',
                     torchvision_resnet18_state_dict())
 
@@ -276,49 +274,46 @@ def test_a_full_disk_is_one_line_and_the_same_command_then_succeeds(
       assert all(converted.UNFINISHED in name for name in left), left
     subprocess.run(['mount', '-o', 'remount,size=200m', str(disk)],
                    check=True)
-    for dst in (disk / 'new', disk / 'empty'):
-      done = convert_to(dst)
-      assert done.returncode == 0, done.stderr
+    for dst in (disk / 'new', disk / 'empty'):  # The same, in-process.
+      status, _, err = _convert(['--source=torchvision',
+                                 tmp_path / 'resnet18.safetensors', dst],
+                                capsys)
+      assert status == 0, err
       assert sorted(os.listdir(dst)) == ['0', 'model.json']
     _assert_init_from_reads(
         str(disk / 'empty'),
         convert.load(tmp_path / 'resnet18.safetensors').variables)
 
 
-@pytest.mark.slow  # Two commands, each a new process.
-def test_convert_then_fine_tune_is_two_commands(tmp_path):
-  """docs/pretrained.md's two commands: convert a Google ViT file, then
-  train from it with the fine-tuning config (here on Fashion-MNIST-shaped
-  files, 28x28 images in 4x4 patches, for one step)."""
+@pytest.mark.slow  # Compiles ViT-Ti's training step.
+@pytest.mark.usefixtures('fast_compiles')
+def test_convert_then_fine_tune_is_two_commands(tmp_path, capsys, caplog):
+  """docs/pretrained.md's two commands, in-process: convert a Google ViT
+  file, then train from it with the fine-tuning config (here on
+  Fashion-MNIST-shaped files, 28x28 images in 4x4 patches, for one step).
+  Both commands run as processes in tests/integration (test_gcs.py,
+  test_first_contact.py and the train command's)."""
   np.savez(tmp_path / 'vit.npz',
            **google_vit_npz(GoogleViT(patch=4, grid=7), 'vit_jax'))
   write_fashion_mnist(str(tmp_path), num_train=16, num_test=8)
-  env = command_env()
-  done = subprocess.run(
-      [sys.executable, '-m', 'recipes.convert', '--source=big_vision',
-       str(tmp_path / 'vit.npz'), str(tmp_path / 'converted')],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-      check=False)
-  assert done.returncode == 0, done.stderr
-  assert '--config.model_kwargs.patch_size=4' in done.stdout
-  done = subprocess.run(
-      [sys.executable, '-m', 'recipes.train',
-       '--config=configs/imagenet_vit_b16_finetune.py',
-       f'--workdir={tmp_path / "work"}',
-       f'--config.init_from={tmp_path / "converted"}',
-       '--config.model=vit_ti16', '--config.model_kwargs.patch_size=4',
-       '--config.image_size=28', '--config.dataset=fashion_mnist_idx',
-       f'--config.data_dir={tmp_path}', '--config.train_split=train',
-       '--config.eval_split=test', '--config.augment=none',
-       '--config.batch_size=8', '--config.num_train_steps=1',
-       '--config.warmup_steps=0', '--config.stall_timeout_seconds=0'],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-      check=False)
-  log = done.stdout + done.stderr
-  assert done.returncode == 0, log[-3000:]
+  status, out, err = _convert(['--source=big_vision', tmp_path / 'vit.npz',
+                               tmp_path / 'converted'], capsys)
+  assert status == 0, err
+  assert '--config.model_kwargs.patch_size=4' in out
+  config = config_from_command_line([
+      'train', f'--config={ROOT}/configs/imagenet_vit_b16_finetune.py',
+      f'--config.init_from={tmp_path / "converted"}',
+      '--config.model=vit_ti16', '--config.model_kwargs.patch_size=4',
+      '--config.image_size=28', '--config.dataset=fashion_mnist_idx',
+      f'--config.data_dir={tmp_path}', '--config.train_split=train',
+      '--config.eval_split=test', '--config.augment=none',
+      '--config.batch_size=8', '--config.num_train_steps=1',
+      '--config.warmup_steps=0', '--config.stall_timeout_seconds=0'])
+  with caplog.at_level('INFO'):
+    train.run(config, str(tmp_path / 'work'))
   # All but the patch embedding (1 channel here, 3 there) and the head
   # (10 classes, 7 there): 197 of ViT-Ti's 200 parameter arrays.
-  assert f'Initialized 197 parameter arrays from {tmp_path / "converted"}' \
-      in log, log[-3000:]
+  assert (f'Initialized 197 parameter arrays from {tmp_path / "converted"}'
+          in caplog.text), caplog.text[-3000:]
   assert ('trained from scratch: params/embedding/kernel, params/head/bias, '
-          'params/head/kernel') in log, log[-3000:]
+          'params/head/kernel') in caplog.text, caplog.text[-3000:]
