@@ -8,6 +8,7 @@ example of docs/models.md)."""
 import logging
 import os
 import re
+import shutil
 import sys
 
 import flax.linen as nn
@@ -128,8 +129,10 @@ def test_a_restarted_run_ends_bitwise_where_a_straight_one_does(
   # Dropout masks come from (seed, step); statistics are checkpointed.
   kwargs = dict(strategy=strategy, model=MODEL, mesh=MESHES[strategy],
                 partition_rules=RULES)
-  _run(data_dir, tmp_path / 'straight', 6, **kwargs)
-  _run(data_dir, tmp_path / 'restarted', 3, **kwargs)
+  _run(data_dir, tmp_path / 'straight', 6, **kwargs)  # Saves at 3 and 6.
+  # The run as a kill after its save of step 3 leaves it.
+  shutil.copytree(tmp_path / 'straight', tmp_path / 'restarted')
+  shutil.rmtree(tmp_path / 'restarted' / 'checkpoints' / '6')
   with caplog.at_level(logging.INFO):
     _run(data_dir, tmp_path / 'restarted', 6, **kwargs)
   assert 'Resuming from the checkpoint of step 3' in caplog.text
