@@ -12,11 +12,13 @@ import jax
 import numpy as np
 import pytest
 
+from recipes import train
 from recipes.checkpoint import class_names
 from recipes.data import datasets
 from recipes.data.sources import idx
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
-                           write_fashion_mnist_folder, write_png_folder)
+                           tiny_config, write_fashion_mnist_folder,
+                           write_png_folder)
 
 pytestmark = pytest.mark.slow  # Commands as processes, 70,000 images.
 
@@ -80,33 +82,17 @@ def _assert_bitwise_equal(a, b):
     np.testing.assert_array_equal(x, y)
 
 
-@pytest.fixture(scope='module')
-def one_process(fashion_mnist_records, tmp_path_factory):
-  """1 process x 2 devices, streamed from the records, uninterrupted."""
-  workdir = tmp_path_factory.mktemp('one_process')
-  log = _run(_command(f'records:{fashion_mnist_records}', workdir))
-  assert 'streamed: 60000 training images' in log
-  assert 'over 10000 examples of test' in log
-  return workdir
-
-
-def test_two_processes_stream_the_same_batches_bitwise(
-    fashion_mnist_records, one_process, tmp_path):
-  _run([LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=1', '--',
-        *_command(f'records:{fashion_mnist_records}', tmp_path)],
-       devices_per_process=1)
-  _assert_bitwise_equal(saved_params(tmp_path), saved_params(one_process))
-  assert json.loads((tmp_path / class_names.FILE).read_text())[0] == (
-      '0_T-shirt_top')
-
-
-def test_a_sigkill_mid_run_resumes_bitwise(fashion_mnist_records,
-                                           one_process, tmp_path):
-  command = _command(f'records:{fashion_mnist_records}', tmp_path)
+def test_a_sigkill_mid_run_resumes_bitwise_and_two_processes_stream_the_same(
+    fashion_mnist_records, tmp_path):
+  """1 process x 2 devices, streamed from the records, killed by SIGKILL
+  after its first checkpoint and run again: it ends bitwise where a launch
+  of 2 processes x 1 device, uninterrupted, does (the same batches
+  streamed, the per-example seeds restored)."""
+  command = _command(f'records:{fashion_mnist_records}', tmp_path / 'killed')
   process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True,
                              env=command_env(JAX_NUM_CPU_DEVICES='2'))
-  checkpoints = tmp_path / 'checkpoints'
+  checkpoints = tmp_path / 'killed' / 'checkpoints'
   try:
     while not (checkpoints.is_dir() and any(
         p.name.isdigit() for p in checkpoints.iterdir())):
@@ -120,30 +106,41 @@ def test_a_sigkill_mid_run_resumes_bitwise(fashion_mnist_records,
     process.communicate(timeout=60)
   log = _run(command)
   assert 'Resuming from the checkpoint of step' in log
-  _assert_bitwise_equal(saved_params(tmp_path), saved_params(one_process))
+  assert 'streamed: 60000 training images' in log
+  assert 'over 10000 examples of test' in log
+  _run([LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=1', '--',
+        *_command(f'records:{fashion_mnist_records}', tmp_path / 'two')],
+       devices_per_process=1)
+  _assert_bitwise_equal(saved_params(tmp_path / 'two'),
+                        saved_params(tmp_path / 'killed'))
+  assert json.loads((tmp_path / 'two' / class_names.FILE).read_text())[0] == (
+      '0_T-shirt_top')
 
 
 def test_resuming_on_other_classes_is_one_line_and_changes_nothing(
-    tmp_path):
+    tmp_path, fast_compiles):
+  """In this process: the check is the loop's, and the one line a
+  SystemExit('error: ...') becomes is every command's
+  (tests/integration/test_bad_input.py)."""
+  del fast_compiles
   rng = np.random.default_rng(0)
   folders = {}
   for name, classes in (('pets', ('cat', 'dog')), ('birds', ('jay', 'owl'))):
     folders[name] = write_png_folder(str(tmp_path / name), {
-        split: (rng.integers(0, 256, (16, 28, 28, 1), np.uint8),
+        split: (rng.integers(0, 256, (16, 8, 8, 1), np.uint8),
                 np.arange(16) % 2) for split in ('train', 'test')}, classes)
   workdir = tmp_path / 'run'
-  short = ['--config.num_train_steps=2', '--config.batch_size=8',
-           '--config.checkpoint_every_steps=2']
-  _run(_command(f'folder:{folders["pets"]}', workdir) + short)
+  short = dict(num_train_steps=2, batch_size=8, checkpoint_every_steps=2,
+               eval_every_steps=2)
+  train.run(tiny_config(dataset=f'folder:{folders["pets"]}', **short),
+            str(workdir))
   before = {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()
             and 'summaries' not in p.parts and p.name != 'run.lease'}
-  result = subprocess.run(
-      _command(f'folder:{folders["birds"]}', workdir) + short, cwd=ROOT,
-      capture_output=True, text=True, timeout=300, env=command_env())
-  assert result.returncode != 0
-  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
-  assert len(errors) == 1, result.stderr[-3000:]
-  assert "label 0 was '0_cat', is '0_jay'" in errors[0], errors[0]
-  assert 'Traceback' not in result.stderr
+  with pytest.raises(SystemExit) as e:
+    train.run(tiny_config(dataset=f'folder:{folders["birds"]}', **short),
+              str(workdir))
+  error = str(e.value.code)
+  assert error.startswith('error: ') and '\n' not in error, error
+  assert "label 0 was '0_cat', is '0_jay'" in error, error
   after = {p: p.read_bytes() for p in before}
   assert after == before
