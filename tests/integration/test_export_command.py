@@ -4,6 +4,8 @@ timm or torchvision themselves in tests/unit/zoo/convert/ (loading the file
 with strict=True and comparing logits); here the command: the sources it
 reads, the file it writes, and its mistakes."""
 
+import contextlib
+import io
 import json
 import os
 
@@ -18,7 +20,7 @@ from recipes import loop
 from recipes.checkpoint import resume, store
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
-from tests.helpers import tiny_config, write_fashion_mnist, write_png_folder
+from tests.helpers import tiny_config, write_fashion_mnist
 from tests.hub_server import serve_resnet18
 from zoo import convert
 from zoo.convert.transfer import target_shapes
@@ -30,16 +32,18 @@ def _export(capsys, *argv):
   return code, out, err
 
 
-@pytest.fixture(name='converted')
-def _converted(tmp_path, capsys):
-  """A torchvision ResNet-18 file and the directory recipes.convert made."""
+@pytest.fixture(name='converted', scope='module')
+def _converted(tmp_path_factory):
+  """A torchvision ResNet-18 file and the directory recipes.convert made
+  (read, never written, by the tests)."""
+  path = tmp_path_factory.mktemp('converted')
   state = torchvision_resnet18_state_dict()
-  write_safetensors(tmp_path / 'r18.safetensors', state)
-  assert convert_command.main(['--source=torchvision',
-                               str(tmp_path / 'r18.safetensors'),
-                               str(tmp_path / 'converted')]) == 0
-  capsys.readouterr()
-  return state, str(tmp_path / 'converted')
+  write_safetensors(path / 'r18.safetensors', state)
+  with contextlib.redirect_stdout(io.StringIO()):
+    assert convert_command.main(['--source=torchvision',
+                                 str(path / 'r18.safetensors'),
+                                 str(path / 'converted')]) == 0
+  return state, str(path / 'converted')
 
 
 @pytest.mark.slow  # Restores and traces ResNet-18: about 15 s.
@@ -60,48 +64,16 @@ def test_a_converted_model_goes_back_to_the_same_file(converted, tmp_path,
       np.testing.assert_array_equal(back[name], value, err_msg=name)
 
 
-@pytest.mark.slow  # Trains ResNet-18 for two steps first.
-def test_a_trained_run_exports_its_latest_checkpoint(tmp_path, capsys):
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 255, (24, 32, 32, 3), np.uint8)
-  folder = write_png_folder(str(tmp_path / 'data'), {
-      'train': (images[:16], np.arange(16) % 3),
-      'test': (images[16:], np.arange(8) % 3)})
-  workdir = str(tmp_path / 'work')
-  loop.train_and_evaluate(tiny_config(
-      model='resnet18', dataset=f'folder:{folder}', batch_size=8,
-      num_train_steps=2, eval_every_steps=2, augment='none'), workdir)
-  dst = str(tmp_path / 'run.safetensors')
-  code, _, err = _export(capsys, '--to=torchvision', workdir, dst)
-  assert code == 0, err
-  # The file converts back to the run's own parameters and statistics, the
-  # three classes of the data included.
-  back = convert.load(dst, 'torchvision')
-  assert back.kwargs == {'num_classes': 3}
-  ours = traverse_util.flatten_dict(back.variables, sep='/')
-  saved = resume.saved_shapes(resume.step_directory(workdir))
-  assert set(ours) == set(saved)
-  loaded, missing = resume.load_params(workdir, traverse_util.unflatten_dict(
-      {k: _abstract(v) for k, v in ours.items()}, sep='/'))
-  assert missing == []
-  for name, value in loaded.items():
-    np.testing.assert_array_equal(ours[name], np.asarray(value),
-                                  err_msg=name)
-  # A step directory of it gives the same file.
-  step = str(resume.step_directory(workdir))
-  code, _, err = _export(capsys, '--to=torchvision', step,
-                         str(tmp_path / 'step.safetensors'))
-  assert code == 0, err
-  assert (open(dst, 'rb').read() ==
-          open(tmp_path / 'step.safetensors', 'rb').read())
-
-
 @pytest.mark.slow  # Trains ResNet-18 for a step first.
 def test_a_run_fine_tuned_from_a_tag_on_grey_images_exports(tmp_path, capsys,
                                                             monkeypatch):
   """--config.pretrained on Fashion-MNIST's 28x28 grey images: they become
   RGB, so the weights' first convolution is trained (not dropped), the
-  config.json says so, and the run is a torchvision ResNet-18 again."""
+  config.json says so, and the run's latest checkpoint (or its step
+  directory) exports as a torchvision ResNet-18 that converts back to the
+  run's own parameters and statistics, the ten classes of the data
+  included. (One run for both: a trained run's export and a fine-tuned
+  one's.)"""
   hub, state = serve_resnet18(tmp_path, monkeypatch)
   (tmp_path / 'data').mkdir()
   write_fashion_mnist(str(tmp_path / 'data'), num_train=16, num_test=8)
@@ -122,6 +94,25 @@ def test_a_run_fine_tuned_from_a_tag_on_grey_images_exports(tmp_path, capsys,
   # The weights' own first convolution, trained at learning rate 0.
   np.testing.assert_array_equal(back['conv1.weight'], state['conv1.weight'])
   assert back['fc.weight'].shape == (10, 512)
+  # The file converts back to the run's own parameters and statistics.
+  run = convert.load(dst, 'torchvision')
+  assert run.kwargs == {'num_classes': 10}
+  ours = traverse_util.flatten_dict(run.variables, sep='/')
+  shapes = resume.saved_shapes(resume.step_directory(workdir))
+  assert set(ours) == set(shapes)
+  loaded, missing = resume.load_params(workdir, traverse_util.unflatten_dict(
+      {k: _abstract(v) for k, v in ours.items()}, sep='/'))
+  assert missing == []
+  for name, value in loaded.items():
+    np.testing.assert_array_equal(ours[name], np.asarray(value),
+                                  err_msg=name)
+  # A step directory of it gives the same file.
+  step = str(resume.step_directory(workdir))
+  code, _, err = _export(capsys, '--to=torchvision', step,
+                         str(tmp_path / 'step.safetensors'))
+  assert code == 0, err
+  assert (open(dst, 'rb').read() ==
+          open(tmp_path / 'step.safetensors', 'rb').read())
 
 
 def _abstract(array):
