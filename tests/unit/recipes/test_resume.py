@@ -51,17 +51,21 @@ def test_restart_resumes_and_matches_an_uninterrupted_run(
     data_dir, tmp_path, caplog, request, strategy, model):
   if (strategy, model) == ('pmap', 'cnn'):  # The module's shared runs.
     uninterrupted = request.getfixturevalue('straight')[0]
+    # Stopped at the end of a 5-step run: saves at 3 and 5.
     shutil.copytree(request.getfixturevalue('stopped'),
                     tmp_path / 'restarted')
+    saved, last = [3, 5], 5
   else:
     uninterrupted = tmp_path / 'straight'
-    _run(data_dir, uninterrupted, 8, strategy, model)
-    # Saves at 3 and 5.
-    _run(data_dir, tmp_path / 'restarted', 5, strategy, model)
-  assert checkpoint.manager(str(tmp_path / 'restarted')).all_steps() == [3, 5]
+    _run(data_dir, uninterrupted, 8, strategy, model)  # Saves at 3, 6, 8.
+    # The run as a kill after its save of step 6 leaves it.
+    shutil.copytree(uninterrupted, tmp_path / 'restarted')
+    shutil.rmtree(tmp_path / 'restarted' / 'checkpoints' / '8')
+    saved, last = [3, 6], 6
+  assert checkpoint.manager(str(tmp_path / 'restarted')).all_steps() == saved
   with caplog.at_level(logging.INFO):
     _run(data_dir, tmp_path / 'restarted', 8, strategy, model)
-  assert 'Resuming from the checkpoint of step 5' in caplog.text
+  assert f'Resuming from the checkpoint of step {last}' in caplog.text
   step, straight = saved_params(uninterrupted)
   resumed_step, resumed = saved_params(tmp_path / 'restarted')
   assert step == resumed_step == 8
