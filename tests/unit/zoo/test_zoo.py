@@ -6,6 +6,7 @@ narrower layers) and the published counts that parameters and FLOPs are
 checked against at full size, through shapes alone.
 """
 
+import dataclasses
 import functools
 
 import flax.linen as nn
@@ -76,22 +77,16 @@ def _distinct_at_test_size() -> list:
 
 
 DISTINCT = _distinct_at_test_size()
+# Each variant's DISTINCT representative: the same model at test size.
+_SAME_AT_TEST_SIZE = {name: p.values[0] for p in DISTINCT
+                      for name in p.id.split('=')}
 
 
-# The model is a static argument: identical small variants (resnet50/101/152
-# at test size) share one compilation.
-@functools.partial(jax.jit, static_argnums=0)
-def _init(model, rng, x):
-  return nn.meta.unbox(model.init(rng, x, train=False))
+@functools.lru_cache(maxsize=None)
+def _test_size_info(name):
+  return zoo.model_info(name, **zoo.spec(name).test_kwargs)
 
 
-@functools.partial(jax.jit, static_argnums=0, compiler_options=_XLA_CPU_OPTIONS)
-def _init_and_apply(model, rng, x):
-  variables = nn.meta.unbox(model.init(rng, x, train=False))
-  return variables, model.apply(variables, x, train=False)
-
-
-@functools.partial(jax.jit, static_argnums=0)
 def _train_step(model, variables, x, labels):
   """One SGD step; returns the logits, gradients and updated variables."""
 
@@ -108,28 +103,41 @@ def _train_step(model, variables, x, labels):
   return logits, grads, {**variables, **new_state, 'params': params}
 
 
+# The models are static arguments: identical small variants (resnet50/101/152
+# at test size) share one compilation.
+@functools.partial(jax.jit, static_argnums=(0, 1),
+                   compiler_options=_XLA_CPU_OPTIONS)
+def _bfloat16_forward_and_train_step(bf16_model, model, rng, x, labels):
+  """One program: the bfloat16 model's variables and logits, and the float32
+  model's SGD step from those variables (the same parameters: the dtype is
+  the computation's only)."""
+  variables = nn.meta.unbox(bf16_model.init(rng, x, train=False))
+  bf16_logits = bf16_model.apply(variables, x, train=False)
+  return bf16_logits, (variables, *_train_step(model, variables, x, labels))
+
+
 @pytest.mark.parametrize('name', DISTINCT)
-def test_bfloat16_forward(name):
-  model, x = _small(name, dtype=jnp.bfloat16)
-  variables, logits = _init_and_apply(model, jax.random.PRNGKey(0), x)
+def test_bfloat16_forward_and_gradient_step_changes_parameters(name):
+  """The bfloat16 forward pass, then an SGD step of the float32 model, in
+  one compiled program per distinct test-size model."""
+  model, x = _small(name)
+  bf16_model, _ = _small(name, dtype=jnp.bfloat16)
+  shape = _logits_shape(name, x)
+  labels = jnp.arange(np.prod(shape[:-1])).reshape(shape[:-1]) % 7
+  bf16_logits, (variables, logits, grads, updated) = (
+      _bfloat16_forward_and_train_step(bf16_model, model,
+                                       jax.random.PRNGKey(0), x, labels))
   # Unboxing leaves plain arrays, ready for a train state.
   assert all(isinstance(v, jax.Array)
              for v in jax.tree.leaves(variables, is_leaf=_is_box))
-  assert logits.shape == _logits_shape(name, x)
-  assert logits.dtype == jnp.bfloat16
-  assert np.all(np.isfinite(np.asarray(logits, np.float32)))
-  # Parameters and batch statistics stay float32 whatever the computation dtype.
+  assert bf16_logits.shape == shape
+  assert bf16_logits.dtype == jnp.bfloat16
+  assert np.all(np.isfinite(np.asarray(bf16_logits, np.float32)))
+  # Parameters and batch statistics stay float32 whatever the computation
+  # dtype.
   assert {v.dtype for v in jax.tree.leaves(variables)} == {
       jnp.dtype(jnp.float32)}
-
-
-@pytest.mark.parametrize('name', DISTINCT)
-def test_gradient_step_changes_parameters(name):
-  model, x = _small(name)
-  variables = _init(model, jax.random.PRNGKey(0), x)
-  shape = _logits_shape(name, x)
-  labels = jnp.arange(np.prod(shape[:-1])).reshape(shape[:-1]) % 7
-  logits, grads, updated = _train_step(model, variables, x, labels)
+  # float32: a gradient step changes the parameters.
   assert logits.shape == shape
   assert logits.dtype == jnp.float32
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
@@ -187,8 +195,9 @@ def test_model_info_follows_overrides():
 
 
 def test_table_lists_every_model():
-  def test_size(name):  # Every model, cheaply.
-    return zoo.model_info(name, **zoo.spec(name).test_kwargs)
+  def test_size(name):  # Every model, cheaply: once per test-size model.
+    return dataclasses.replace(_test_size_info(_SAME_AT_TEST_SIZE[name]),
+                               name=name)
 
   rows = zoo_main.table(zoo.list_models(), test_size).splitlines()[1:]
   assert [row.split()[0] for row in rows] == zoo.list_models()
@@ -338,8 +347,8 @@ def test_vit_auto_attention_falls_back_to_xla_where_cudnn_refuses(caplog):
 
 def test_cnn_layers_and_parameter_count():
   model = zoo.create('cnn', num_classes=10)
-  params = nn.meta.unbox(
-      model.init(jax.random.PRNGKey(0), jnp.ones((1, 28, 28, 1))))['params']
+  params = nn.meta.unbox(jax.eval_shape(  # Shapes alone: nothing compiled.
+      model.init, jax.random.PRNGKey(0), jnp.ones((1, 28, 28, 1))))['params']
   shapes = {k: v['kernel'].shape for k, v in params.items()}
   assert shapes == {'Conv_0': (3, 3, 1, 32), 'Conv_1': (3, 3, 32, 64),
                     'Dense_0': (7 * 7 * 64, 256), 'Dense_1': (256, 10)}
