@@ -197,3 +197,50 @@ class DropoutNet(nn.Module):
     x = nn.relu(nn.Dense(32)(x.reshape((x.shape[0], -1))))
     x = nn.Dropout(self.rate, deterministic=not train)(x)
     return nn.Dense(self.num_classes)(x)
+
+
+# A program that runs several configs one after another, in one start of its
+# processes (e.g. under launch/local.sh): `python -c RUN_EACH JSON`, JSON a
+# list of [WORKDIR, [FLAG, ...]] with the commands' flags (--config=FILE,
+# --config.X=V; --config.mode=eval evaluates). It prints 'Run WORKDIR' before
+# each run and ends as the commands end.
+RUN_EACH = '''
+import json
+import os
+import sys
+
+import jax
+from absl import logging
+
+from recipes import train
+from recipes.runtime import library_noise
+from tests.helpers import config_from_command_line
+
+# The commands' log (absl's app.run sets it up).
+logging.use_absl_handler()
+logging.set_verbosity(logging.INFO)
+library_noise.keep_out(logging.get_absl_handler())
+for workdir, flags in json.loads(sys.argv[1]):
+  print(f'Run {workdir}', flush=True)
+  train.run(config_from_command_line(['run', *flags]), workdir)
+if jax.distributed.is_initialized():
+  jax.distributed.shutdown()
+logging.flush()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
+'''
+
+
+def logs_of_each_run(output: str) -> dict[str, str]:
+  """{workdir: its log} of the runs of RUN_EACH under the local launcher:
+  process 0's lines (without their '[0] '), from each 'Run WORKDIR' to the
+  next."""
+  process_0 = ''.join(line.removeprefix('[0] ')
+                      for line in output.splitlines(keepends=True)
+                      if line.startswith('[0] '))
+  logs = {}
+  for log in ('\n' + process_0).split('\nRun ')[1:]:
+    workdir, _, rest = log.partition('\n')
+    logs[workdir] = rest
+  return logs

@@ -7,7 +7,9 @@ Two ways in:
 - The environment variables that launch/local.py sets for each process:
   JAX_COORDINATOR_ADDRESS (host:port of process 0), JAX_NUM_PROCESSES and
   JAX_PROCESS_ID; with them, initialize() gets explicit arguments.
-Must run before anything else touches JAX's devices.
+Must run before anything else touches JAX's devices; a program that runs
+several times (train.run again, e.g. one evaluation after another) keeps the
+runtime its first run started.
 """
 
 import os
@@ -30,6 +32,8 @@ def initialize(requested: bool):
   Raises:
     UserError: if only some of the JAX_* variables are set.
   """
+  if jax.distributed.is_initialized():  # By an earlier run of this program.
+    return
   explicit = {name: os.environ.get(name) for name in _ENV}
   if any(explicit.values()):
     missing = [name for name, value in explicit.items() if not value]

@@ -4,6 +4,7 @@ parallelism, both strategies. Each must finish (a hard timeout turns a hang
 into a failure within minutes) and give the single-device evaluation of the
 same parameters, of their moving average, and of a second split."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,8 +18,9 @@ import pytest
 import zoo
 from recipes import loop
 from recipes.data.sources import idx
-from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
-                           saved_params, tiny_config)
+from tests.helpers import (LOCAL_LAUNCHER, ROOT, RUN_EACH, command_env,
+                           logs_of_each_run, read_scalars, saved_params,
+                           tiny_config)
 
 pytestmark = [
     pytest.mark.slow,
@@ -78,37 +80,15 @@ def trained(tmp_path_factory):
   return workdir, reference
 
 
-@pytest.mark.parametrize('processes, devices, flags', [
-    (2, 2, []),
-    (2, 2, ['--config.strategy=shard_map']),
-    (2, 2, TENSOR_PARALLEL),
-    (1, 4, TENSOR_PARALLEL),
-    (4, 2, ['--config.strategy=sharded', '--config.mesh.data=2',
-            '--config.mesh.fsdp=2', '--config.mesh.tensor=2']),
-], ids=['pmap-2x2', 'shard_map-2x2', 'sharded-tensor-2x2', 'sharded-tensor-1x4',
-        'sharded-fsdp-tensor-4x2'])
-def test_the_whole_split_gives_the_single_device_result(
-    trained, tmp_path, processes, devices, flags):
-  source, reference = trained
-  workdir = tmp_path / 'work'
+def _copy_of(source, workdir):
+  """A new workdir with the checkpoints of `source`."""
   shutil.copytree(source / 'checkpoints', workdir / 'checkpoints')
-  # Both ways to evaluate: the evaluate command, and the train command with
-  # mode=eval.
-  evaluate = (['recipes.evaluate'] if processes > 1 else
-              ['recipes.train', '--config.mode=eval'])
-  command = [sys.executable, '-m', evaluate[0],
-             '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
-             *evaluate[1:], f'--config.num_train_steps={STEPS}',
-             '--config.stall_timeout_seconds=120', *TOOLKIT, *flags]
-  env = command_env(JAX_NUM_CPU_DEVICES=str(devices))
-  if processes > 1:
-    command = [LOCAL_LAUNCHER, f'--num_processes={processes}',
-               f'--devices_per_process={devices}', '--', *command]
-  result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-  output = result.stdout + result.stderr
-  assert result.returncode == 0, output[-3000:]
-  # From process 0 only: the parameters and their average.
+  return workdir
+
+
+def _check(output: str, workdir, reference: dict):
+  """The log of one evaluation (process 0's) and the scalars it wrote."""
+  # The parameters and their average.
   assert output.count('over 10000 examples') == 2, output[-3000:]
   assert output.count('over 600 examples') == 2, output[-3000:]
   scalars = read_scalars(str(workdir))
@@ -117,3 +97,65 @@ def test_the_whole_split_gives_the_single_device_result(
       np.testing.assert_allclose(scalars[f'{prefix}/{name}'][STEPS],
                                  expected[name], rtol=1e-5,
                                  err_msg=f'{prefix}/{name}')
+
+
+def _run(command: list[str], processes: int, devices: int,
+         timeout: float = 300) -> str:
+  """`command` as `processes` processes of `devices` devices each; its
+  output."""
+  if processes > 1:
+    command = [LOCAL_LAUNCHER, f'--num_processes={processes}',
+               f'--devices_per_process={devices}', '--', *command]
+  result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          env=command_env(JAX_NUM_CPU_DEVICES=str(devices)),
+                          timeout=timeout)
+  output = result.stdout + result.stderr
+  assert result.returncode == 0, output[-3000:]
+  return output
+
+
+FLAGS = ['--config=configs/fashion_mnist_pmap.py',
+         f'--config.num_train_steps={STEPS}',
+         '--config.stall_timeout_seconds=120', *TOOLKIT]
+
+
+@pytest.mark.parametrize('processes, devices, flags', [
+    (1, 4, TENSOR_PARALLEL),
+    (4, 2, ['--config.strategy=sharded', '--config.mesh.data=2',
+            '--config.mesh.fsdp=2', '--config.mesh.tensor=2']),
+], ids=['sharded-tensor-1x4', 'sharded-fsdp-tensor-4x2'])
+def test_the_whole_split_gives_the_single_device_result(
+    trained, tmp_path, processes, devices, flags):
+  source, reference = trained
+  workdir = _copy_of(source, tmp_path / 'work')
+  # Both commands that evaluate: the evaluate command, and the train command
+  # with mode=eval.
+  evaluate = (['recipes.evaluate'] if processes > 1 else
+              ['recipes.train', '--config.mode=eval'])
+  output = _run([sys.executable, '-m', evaluate[0], *FLAGS,
+                 f'--workdir={workdir}', *evaluate[1:], *flags], processes,
+                devices)
+  _check(output, workdir, reference)
+
+
+def test_each_strategy_on_two_processes_gives_the_single_device_result(
+    trained, tmp_path):
+  """pmap, shard_map and tensor parallelism, each on 2 processes x 2 devices,
+  one after another in one job (the processes start once); only process 0
+  logs the evaluations."""
+  source, reference = trained
+  strategies = {
+      'pmap': [],
+      'shard_map': ['--config.strategy=shard_map'],
+      'sharded-tensor': TENSOR_PARALLEL,
+  }
+  runs = [(str(_copy_of(source, tmp_path / name)),
+           [*FLAGS, '--config.mode=eval', *flags])
+          for name, flags in strategies.items()]
+  output = _run([sys.executable, '-c', RUN_EACH, json.dumps(runs)],
+                processes=2, devices=2, timeout=600)
+  assert output.count('over 10000 examples') == 2 * len(runs), output[-3000:]
+  logs = logs_of_each_run(output)
+  assert list(logs) == [workdir for workdir, _ in runs], output[-3000:]
+  for workdir, log in logs.items():
+    _check(log, workdir, reference)

@@ -6,14 +6,16 @@ TensorBoard scalars the runs write must agree at every logged step: float32
 on CPU, relative difference below 1e-4.
 """
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from recipes import train
-from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
-                           tiny_config, write_fashion_mnist)
+from tests.helpers import (LOCAL_LAUNCHER, ROOT, RUN_EACH, command_env,
+                           logs_of_each_run, read_scalars, tiny_config,
+                           write_fashion_mnist)
 
 pytestmark = pytest.mark.slow
 
@@ -45,19 +47,31 @@ def _in_process(data_dir, workdir, fields: dict):
   return read_scalars(workdir)
 
 
-def _two_processes(data_dir: str, workdir: str, fields: dict):
-  """The recipe as 2 processes x 4 devices."""
-  flags = [f'--config.{k}={v}' for k, v in {**SETTINGS, **fields}.items()]
+@pytest.fixture(scope='module')
+def two_process_runs(pmap_run, tmp_path_factory):
+  """The scalars of each run of RUNS on 2 processes x 4 devices: {name:
+  scalars}, all of them run one after another in one job (the processes
+  start once)."""
+  data_dir, _ = pmap_run
+  names = [name for name, (processes, _) in RUNS.items() if processes == 2]
+  runs = [(str(tmp_path_factory.mktemp(name)),
+           ['--config=configs/fashion_mnist_pmap.py',
+            f'--config.data_dir={data_dir}',
+            *[f'--config.{k}={v}'
+              for k, v in {**SETTINGS, **RUNS[name][1]}.items()]])
+          for name in names]
   result = subprocess.run(
-      [LOCAL_LAUNCHER, '--num_processes=2',
-       '--devices_per_process=4', '--', sys.executable, '-m', 'recipes.train',
-       '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
-       f'--config.data_dir={data_dir}', *flags],
-      cwd=ROOT, capture_output=True, text=True, timeout=300,
+      [LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=4', '--',
+       sys.executable, '-c', RUN_EACH, json.dumps(runs)],
+      cwd=ROOT, capture_output=True, text=True, timeout=600,
       env=command_env())
   assert result.returncode == 0, result.stdout[-3000:]
-  assert result.stdout.count('over 100 examples') == 2  # Logged by [0].
-  return read_scalars(workdir)
+  logs = logs_of_each_run(result.stdout)
+  assert list(logs) == [workdir for workdir, _ in runs], result.stdout[-3000:]
+  for log in logs.values():
+    assert log.count('over 100 examples') == 2  # Logged by [0].
+  return {name: read_scalars(workdir)
+          for name, (workdir, _) in zip(names, runs)}
 
 
 def _max_rel_diff(a: dict, b: dict) -> float:
@@ -78,7 +92,8 @@ def pmap_run(tmp_path_factory):
 
 @pytest.mark.parametrize('name', RUNS)
 def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
-                                                          name, caplog):
+                                                          name, caplog,
+                                                          request):
   data_dir, pmap = pmap_run
   processes, fields = RUNS[name]
   if processes == 1:
@@ -88,7 +103,7 @@ def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
       assert 'global batch 16 on 8 devices, in 2 micro-batches of 8.' in \
           caplog.text
   else:
-    scalars = _two_processes(data_dir, str(tmp_path), fields)
+    scalars = request.getfixturevalue('two_process_runs')[name]
   assert TAGS <= set(scalars)
   for tag in ('train/loss', 'train/accuracy', 'train/learning_rate',
               'eval/loss'):
