@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import optax
+import pytest
 
 import zoo
 from recipes import checkpoint
@@ -11,6 +12,9 @@ from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh
 from recipes.parallel.sharded import ShardedStrategy
 from tests.helpers import random_batch
+
+# A tiny ViT, whose compiling takes longer than running.
+pytestmark = pytest.mark.usefixtures('fast_compiles')
 
 
 def _strategy(mesh, devices=None):

@@ -16,6 +16,9 @@ from recipes.core.train_state import UpdateRules
 from tests.helpers import BatchNormNet, learnable_batch, random_batch
 from zoo.mlp import MLP
 
+# A tiny MLP, whose compiling takes longer than running.
+pytestmark = pytest.mark.usefixtures('fast_compiles')
+
 
 def _state(rules=UpdateRules(), model=None, tx=None):
   model = model or MLP(num_classes=10, hidden_sizes=(32,))
