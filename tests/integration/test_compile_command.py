@@ -1,29 +1,36 @@
 """`python -m recipes.compile` as a user runs it: the report, --json, and
-one line for each mistake."""
+one line for each mistake.
+
+Two runs are processes (the report; a mistake's exit status and stderr);
+the other mistakes go through the command's `main` in this process, where
+each ends in the same SystemExit('error: ...') line."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
+from absl import flags
+from absl import logging as absl_logging
+from absl.testing import flagsaver
 
 from recipes import compile as aot_compile
 from recipes import experiment
 from recipes.aot import chips, topology
-from recipes.config import defaults
+from recipes.config import command_line, defaults
 from tests.helpers import ROOT, command_env
-
-pytestmark = pytest.mark.slow  # Processes and compiles.
 
 needs_libtpu = pytest.mark.skipif(
     not topology.have_libtpu(),
     reason="compiling for TPUs needs libtpu: pip install -e '.[tpu]'")
 
+CONFIG = f'--config={ROOT}/configs/fashion_mnist_sharded.py'
 
-def _compile(*flags):
+
+def _compile(*args):
   return subprocess.run(
-      [sys.executable, '-m', 'recipes.compile',
-       '--config=configs/fashion_mnist_sharded.py', *flags],
+      [sys.executable, '-m', 'recipes.compile', CONFIG, *args],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env=command_env())
 
@@ -34,17 +41,55 @@ def _one_error_line(result) -> str:
   return result.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize('flags, says', [
+@pytest.fixture(name='error_of')
+def _error_of(monkeypatch):
+  """The line `python -m recipes.compile --config=... ARGS` ends with, from
+  its main in this process; any other exception fails the test."""
+  # main adds its log filter and unraisable hook: this process gets its own
+  # back afterwards.
+  handler = absl_logging.get_absl_handler()
+  monkeypatch.setattr(handler, 'filters', list(handler.filters))
+  monkeypatch.setattr(sys, 'unraisablehook', sys.unraisablehook)
+
+  def error_of(*args, **fields) -> str:
+    """`fields`: config fields set as --config.FIELD=VALUE would, a dot
+    written '__' (in a process those flags come from sys.argv)."""
+    with flagsaver.flagsaver():
+      flags.FLAGS(['compile', CONFIG, *args])
+      config = command_line.CONFIG.value
+      for field, value in fields.items():
+        *parents, key = field.split('__')
+        for parent in parents:
+          config = config[parent]
+        config[key] = value
+      with pytest.raises(SystemExit) as stop:
+        aot_compile.main(['compile'])
+    line = str(stop.value.code)
+    assert '\n' not in line, line
+    return line
+
+  return error_of
+
+
+@pytest.mark.slow  # A process.
+def test_a_bad_flag_ends_the_process_with_one_line_and_status_1():
+  line = _one_error_line(_compile('--topology=v9:2x2'))
+  assert line.startswith("error: unknown TPU 'v9' in --topology='v9:2x2'")
+
+
+@pytest.mark.parametrize('args, says', [
     (['--topology=v9:2x2'], "error: unknown TPU 'v9' in --topology='v9:2x2'"),
     (['--topology=v4:2x2'], 'error: bad --topology='),
     (['--topology='], "error: unknown TPU ''"),
     (['--topology=v5e:2x2', '--json=/proc/no/report.json'],
      "error: cannot write --json='/proc/no/report.json'"),
 ])
-def test_bad_flags_are_one_line_before_anything_compiles(flags, says):
-  assert _one_error_line(_compile(*flags)).startswith(says)
+def test_bad_flags_are_one_line_before_anything_compiles(error_of, args,
+                                                         says):
+  assert error_of(*args).startswith(says)
 
 
+@pytest.mark.slow  # A process and two compiles.
 @needs_libtpu
 def test_the_report_and_its_json(tmp_path):
   result = _compile('--topology=v5e:2x2', '--config.batch_size=64',
@@ -65,39 +110,37 @@ def test_the_report_and_its_json(tmp_path):
   assert any(c['kind'] == 'all-reduce' for c in train['collectives'])
 
 
+@pytest.mark.slow  # Three compiles.
 @needs_libtpu
-def test_a_config_that_does_not_fit_says_by_how_much_and_what_helps():
+def test_a_config_that_does_not_fit_says_by_how_much_and_what_helps(
+    error_of):
   # Over by a little: XLA plans it, the margin refuses it.
-  line = _one_error_line(_compile('--topology=v5e:2x2',
-                                  '--config.batch_size=540672'))
+  line = error_of('--topology=v5e:2x2', batch_size=540672)
   assert line.startswith('error: the train step needs '), line
   assert 'GiB more than the 16.00 GiB of a v5e chip' in line
   assert '--find_max_batch' in line
   # Over by far: XLA refuses to plan it, saying how much it needs.
-  line = _one_error_line(_compile('--topology=v5e:2x2',
-                                  f'--config.batch_size={1 << 22}'))
+  line = error_of('--topology=v5e:2x2', batch_size=1 << 22)
   assert line.startswith('error: the train step at batch 4194304 does not '
                          'fit (Ran out of memory on HBM'), line
   assert '--config.mesh.fsdp=-1' in line and '--find_max_batch' in line
 
 
+@pytest.mark.slow  # libtpu's devices.
 @needs_libtpu
-@pytest.mark.parametrize('flag, says', [
-    ('--num_slices=0', 'error: --num_slices=0: give 1 or more.'),
-    ('--topology=v5e:3x3', 'error: libtpu does not offer --topology=v5e:3x3'),
+@pytest.mark.parametrize('args, fields, says', [
+    (['--num_slices=0'], {}, r'error: --num_slices=0: give 1 or more\.'),
+    (['--topology=v5e:3x3'], {},
+     r'error: libtpu does not offer --topology=v5e:3x3'),
+    ([], {'mesh__data': 3}, r'error: .*has 3 devices but there are 4'),
 ])
-def test_a_slice_libtpu_cannot_give_is_one_line(flag, says):
-  line = _one_error_line(_compile('--topology=v5e:2x2', flag))
-  assert line.startswith(says), line
+def test_a_slice_or_mesh_libtpu_cannot_give_is_one_line(error_of, args,
+                                                        fields, says):
+  line = error_of('--topology=v5e:2x2', *args, **fields)
+  assert re.match(says, line), line
 
 
-@needs_libtpu
-def test_a_mesh_that_does_not_match_the_slice_is_one_line():
-  line = _one_error_line(_compile('--topology=v5e:2x2',
-                                  '--config.mesh.data=3'))
-  assert 'has 3 devices but there are 4' in line
-
-
+@pytest.mark.slow  # Three compiles.
 @needs_libtpu
 def test_find_max_batch_finds_the_edge():
   config = defaults.get_config()
@@ -106,9 +149,10 @@ def test_find_max_batch_finds_the_edge():
   strategy = experiment.training(config, 10, (28, 28, 1), 10, 10,
                                  devices).strategy
   chip = chips.CHIPS['v5e']
-  # Coarse, for few compiles (about 15 GiB is reached at 4 units).
+  # Coarse, for few compiles (about 15 GiB is reached at 4 units), and
+  # from 2 units: one doubling, then bisection.
   unit, tried = 1 << 17, {}
-  largest = aot_compile.find_max_batch(strategy, unit, unit, (28, 28, 1),
+  largest = aot_compile.find_max_batch(strategy, unit, 2 * unit, (28, 28, 1),
                                        chip, tried)
   # The edge was compiled on both sides: one more unit does not fit.
   assert largest % unit == 0 and largest > 0, tried
