@@ -48,16 +48,52 @@ def _test_size(name: str, **overrides):
   return config
 
 
+def _splits_parameters(name: str) -> bool:
+  """Whether the config's mesh splits parameters (fsdp or tensor), which
+  only the sharded strategy reads: under pmap and shard_map such a config
+  is the data-parallel step of its model, compiled for another config."""
+  mesh = importlib.import_module(f'configs.{name}').get_config().mesh
+  return mesh.fsdp != 1 or mesh.tensor != 1
+
+
+def _strategies(name: str) -> tuple[str, ...]:
+  return (('sharded',) if _splits_parameters(name)
+          else ('pmap', 'shard_map', 'sharded'))
+
+
+@pytest.fixture(name='compiled', scope='module')
+def _compiled():
+  """compile_config's report of a config at test size under a strategy,
+  each compiled once for the module."""
+  reports = {}
+
+  def compiled(name: str, strategy: str) -> dict:
+    if (name, strategy) not in reports:
+      reports[name, strategy] = aot_compile.compile_config(
+          _test_size(name, strategy=strategy), SMALL_SLICE)
+    return reports[name, strategy]
+
+  return compiled
+
+
 def test_the_tpu_configs_are_found():
   assert {'imagenet_resnet50_tpu', 'imagenet_vit_b16_pod',
           'imagenet_vit_s16'} <= set(_tpu_configs())
+  # Each model of a config compiled under sharded only is compiled under
+  # every strategy for another config.
+  family = lambda n: zoo.spec(
+      importlib.import_module(f'configs.{n}').get_config().model).family
+  every = {family(n) for n in _tpu_configs() if len(_strategies(n)) == 3}
+  assert {family(n) for n in _tpu_configs()} <= every
 
 
 @pytest.mark.parametrize('name', _tpu_configs())
-def test_every_tpu_config_fits_a_small_slice_under_each_strategy(name):
-  for strategy in ('pmap', 'shard_map', 'sharded'):
-    config = _test_size(name, strategy=strategy)
-    result = aot_compile.compile_config(config, SMALL_SLICE)
+def test_every_tpu_config_fits_a_small_slice_under_each_strategy(name,
+                                                                 compiled):
+  """Under each strategy; a config whose mesh splits parameters under its
+  own, sharded (see `_splits_parameters`)."""
+  for strategy in _strategies(name):
+    result = compiled(name, strategy)
     assert [s['step'] for s in result['steps']] == ['train', 'eval']
     for step in result['steps']:
       assert step['memory']['fits'], (strategy, step)
@@ -70,18 +106,28 @@ def test_every_tpu_config_fits_a_small_slice_under_each_strategy(name):
     assert 0 < result['estimate']['mfu'] < 1
 
 
-def test_fsdp_splits_the_parameters_over_more_chips():
+def test_fsdp_splits_the_parameters_over_more_chips(compiled):
+  """fsdp=4 is imagenet_vit_b16_pod's own mesh on the 4 chips: its train
+  step is the one compiled for the test above."""
   devices = topology.devices(chips.parse(SMALL_SLICE))
   per_chip = []
   for fsdp in (1, 2, 4):
     config = _test_size('imagenet_vit_b16_pod', strategy='sharded')
     config.mesh.update(data=-1, fsdp=fsdp, tensor=1)
-    strategy = experiment.training(config, 1000, (32, 32, 3), 10, 10,
-                                   devices).strategy
+    num_classes, shape = aot_compile.input_shape(config)
+    strategy = experiment.training(
+        config, num_classes, shape, aot_compile.STAND_IN_STEPS_PER_EPOCH,
+        aot_compile.STAND_IN_STEPS_PER_EPOCH, devices).strategy
     params = partition_rules.bytes_per_device(
         strategy.abstract_state.params, strategy.state_shardings.params)
-    compiled = aot_compile.compile_step(strategy, 'train', 16, (32, 32, 3))
-    per_chip.append((params, compiled.memory.arguments))
+    if fsdp == 4:
+      report = compiled('imagenet_vit_b16_pod', 'sharded')
+      assert report['mesh'] == dict(strategy.mesh.shape), report['mesh']
+      arguments = report['steps'][0]['memory']['arguments']
+    else:
+      arguments = aot_compile.compile_step(strategy, 'train', 16,
+                                           shape).memory.arguments
+    per_chip.append((params, arguments))
   assert per_chip[0][0] > per_chip[1][0] > per_chip[2][0], per_chip
   assert per_chip[0][1] > per_chip[1][1] > per_chip[2][1], per_chip
 
