@@ -41,6 +41,20 @@ def small_disk(path, size: str):
     subprocess.run(['umount', str(path)], check=True)
 
 
+def slow_after(keep: int, values) -> list:
+  """Parametrize `values`, the first `keep` in the fast tier and the rest
+  in the slow one (`@pytest.mark.slow`): the fast tier checks a case once,
+  the whole suite every variant. A value that is a `pytest.param` keeps its
+  id and marks; one for several argnames must be a `pytest.param`."""
+  out = []
+  for i, value in enumerate(values):
+    param = (value if isinstance(value, type(pytest.param(0)))
+             else pytest.param(value))
+    marks = (*param.marks, *([pytest.mark.slow] if i >= keep else []))
+    out.append(pytest.param(*param.values, id=param.id, marks=marks))
+  return out
+
+
 def command_env(**extra) -> dict[str, str]:
   """The environment for a command the tests start: CPU only, none of this
   process's multi-process settings, `extra` on top."""

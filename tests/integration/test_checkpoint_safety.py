@@ -19,7 +19,7 @@ from recipes import checkpoint, loop
 from recipes.checkpoint import checksums
 from recipes.runtime.errors import UserError
 from tests.helpers import (ROOT, command_env, saved_params, small_disk,
-                           tiny_config)
+                           tiny_config, slow_after)
 
 
 def _run(data_dir, workdir, num_steps, **overrides):
@@ -65,11 +65,13 @@ def _assert_resumed_as_straight(straight, workdir):
     np.testing.assert_array_equal(a, b)  # As if nothing had happened.
 
 
+@pytest.mark.slow
 def test_keep_checkpoints_zero_keeps_them_all(data_dir, tmp_path):
   _run(data_dir, tmp_path, 10, keep_checkpoints=0)
   assert _steps(tmp_path) == [2, 4, 6, 8, 10]
 
 
+@pytest.mark.slow
 def test_no_new_checkpoints_still_resumes_from_the_old_ones(
     data_dir, tmp_path, caplog):
   _run(data_dir, tmp_path, 4)
@@ -135,7 +137,7 @@ def test_a_garbled_checksum_file_is_damage_and_the_one_before_is_used(
   _assert_resumed_as_straight(straight, tmp_path / 'garbled')
 
 
-@pytest.mark.parametrize('with_checksums', [True, False])
+@pytest.mark.parametrize('with_checksums', slow_after(1, [True, False]))
 def test_deleted_metadata_is_damage_not_another_model(
     data_dir, straight, tmp_path, caplog, with_checksums):
   workdir = _copy(straight, tmp_path / 'work')

@@ -150,6 +150,7 @@ def test_mistakes_are_one_line_and_overwrite_nothing(converted, tmp_path,
 
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_one_line_naming_the_one_before(tmp_path,
                                                                 capsys):
   # A workdir of a ViT-Ti/16 (on 32x32 images: 5.5 M parameters) with

@@ -123,6 +123,7 @@ def test_the_docs_example_is_placed_as_its_command_says(tmp_path,
   assert set(state.batch_stats['norm']) == {'mean', 'var'}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('strategy', list(MESHES))
 def test_a_restarted_run_ends_bitwise_where_a_straight_one_does(
     data_dir, tmp_path, caplog, strategy):

@@ -14,7 +14,7 @@ import pytest
 from recipes import checkpoint, evaluation, experiment, loop
 from recipes.runtime import preemption
 from recipes.runtime.errors import UserError
-from tests.helpers import read_scalars, saved_params, tiny_config
+from tests.helpers import read_scalars, saved_params, tiny_config, slow_after
 
 
 def _config(data_dir, **overrides):
@@ -88,7 +88,7 @@ def test_normal_runs_write_finite_gradient_norms(trained):
   assert 'train/skipped_steps' not in read_scalars(str(trained[0]))
 
 
-@pytest.mark.parametrize('dtype', ['bfloat16', 'float16'])
+@pytest.mark.parametrize('dtype', slow_after(1, ['bfloat16', 'float16']))
 def test_half_precision_computes_in_half_and_keeps_float32_state(
     data_dir, tmp_path, dtype):
   config = _config(data_dir, half_precision=True, half_precision_dtype=dtype,
@@ -142,6 +142,7 @@ def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path,
     assert mngr.all_steps()[-1] == 6  # Nothing trained or written.
 
 
+@pytest.mark.slow
 def test_a_signal_during_evaluation_stops_and_the_resume_redoes_it(
     data_dir, tmp_path, monkeypatch, caplog):
   evaluate = evaluation.evaluate

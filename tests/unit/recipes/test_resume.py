@@ -85,6 +85,7 @@ def test_a_pmap_checkpoint_resumes_under_the_sharded_recipe(
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_finished_run_only_evaluates(data_dir, tmp_path, straight):
   workdir, first = straight
   shutil.copytree(workdir, tmp_path / 'done')
@@ -123,6 +124,7 @@ def test_an_unreadable_latest_checkpoint_is_set_aside(data_dir, tmp_path,
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_model_is_an_error_and_is_kept(
     data_dir, tmp_path, straight):
   shutil.copytree(straight[0], tmp_path / 'cnn')  # The CNN's checkpoints.

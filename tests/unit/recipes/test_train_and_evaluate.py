@@ -5,6 +5,7 @@ from unittest import mock
 
 import jax
 import numpy as np
+import pytest
 import tensorflow_datasets as tfds
 
 from recipes import evaluation, experiment, train
@@ -19,6 +20,7 @@ TAGS = {'train/loss', 'train/accuracy', 'train/grad_norm',
         'train/steps_per_sec', 'eval/loss', 'eval/accuracy'}
 
 
+@pytest.mark.slow
 def test_mock_tfds_run_writes_the_six_tags(tmp_path):
   config = tiny_config(dataset='mnist', num_train_steps=6)
   with tfds.testing.mock_data(num_examples=100), mock.patch.object(

@@ -13,6 +13,7 @@ import pytest
 
 import zoo
 from recipes.parallel import partition_rules
+from tests.helpers import slow_after
 
 pytestmark = pytest.mark.usefixtures('fast_compiles')
 
@@ -25,7 +26,7 @@ def _model(name, **kwargs):
   return model, nn.meta.unbox(variables), tokens
 
 
-@pytest.mark.parametrize('name', ['gpt2', 'qwen2_5_0_5b'])
+@pytest.mark.parametrize('name', slow_after(1, ['gpt2', 'qwen2_5_0_5b']))
 def test_tokens_see_only_earlier_tokens_and_no_padding(name):
   model, variables, tokens = _model(name)
   apply = jax.jit(model.apply)
@@ -43,6 +44,7 @@ def test_tokens_see_only_earlier_tokens_and_no_padding(name):
                          padded[1, 5:])
 
 
+@pytest.mark.slow
 def test_token_ids_only_and_float32_logits_on_request():
   model, variables, tokens = _model('smollm2_135m', dtype=jnp.bfloat16,
                                     logits_dtype=jnp.float32)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import zoo
+from tests.helpers import slow_after
 
 pytestmark = pytest.mark.usefixtures('fast_compiles')
 
@@ -38,7 +39,7 @@ def _test_size(name, **kwargs):
   return zoo.create(name, **kwargs), kwargs, x
 
 
-@pytest.mark.parametrize('name', ONE_PER_CLASS)
+@pytest.mark.parametrize('name', slow_after(1, ONE_PER_CLASS))
 def test_features_have_the_documented_shapes_and_strides(name):
   model, kwargs, x = _test_size(name, features=True)
   variables = jax.jit(model.init)(jax.random.PRNGKey(0), x)
@@ -59,7 +60,7 @@ def test_features_have_the_documented_shapes_and_strides(name):
           sum(p.size for p in jax.tree.leaves(full['params'])))
 
 
-@pytest.mark.parametrize('name', ONE_PER_CLASS)
+@pytest.mark.parametrize('name', slow_after(1, ONE_PER_CLASS))
 def test_no_classes_gives_the_pooled_features_and_no_head(name):
   model, _, x = _test_size(name, num_classes=0)
   variables = jax.jit(model.init)(jax.random.PRNGKey(0), x)

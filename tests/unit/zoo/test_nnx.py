@@ -15,6 +15,7 @@ from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
 from zoo import nnx_models
 from zoo.convert import export, timm_vit
+from tests.helpers import slow_after
 
 pytestmark = pytest.mark.usefixtures('fast_compiles')
 
@@ -36,7 +37,7 @@ FILES = {'resnet18': lambda: torchvision_resnet18_state_dict(num_classes=10),
          'vit_ti16': _vit_file_tensors}
 
 
-@pytest.mark.parametrize('name', list(FILES))
+@pytest.mark.parametrize('name', slow_after(1, list(FILES)))
 def test_to_nnx_computes_what_the_linen_model_does(name, tmp_path):
   path = tmp_path / f'{name}.safetensors'
   write_safetensors(path, FILES[name]())

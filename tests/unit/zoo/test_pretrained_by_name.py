@@ -162,6 +162,7 @@ def _create_within(seconds: float):
 CUT_AFTER = 11 << 20
 
 
+@pytest.mark.slow
 def test_a_connection_cut_every_time_ends_in_one_line_saying_what_to_do(
     hub, monkeypatch, caplog):
   monkeypatch.setattr(download, 'ATTEMPTS', 4)

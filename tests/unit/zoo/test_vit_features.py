@@ -13,6 +13,7 @@ import pytest
 
 import zoo
 from zoo import vit
+from tests.helpers import slow_after
 
 # Tiny models: compile time dominates (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures('fast_compiles')
@@ -49,8 +50,8 @@ def _intermediate(model, variables, x, module):
   return out, state['intermediates'][module]['__call__'][0]
 
 
-@pytest.mark.parametrize('name', ['vit_ti16', 'siglip_b16',
-                                  'dinov2_s14_reg4'])
+@pytest.mark.parametrize('name', slow_after(1, ['vit_ti16', 'siglip_b16',
+                                                'dinov2_s14_reg4']))
 def test_features_are_every_blocks_patch_tokens(name):
   model, x = _small(name, features=True)
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)['params']
@@ -66,7 +67,7 @@ def test_features_are_every_blocks_patch_tokens(name):
                                 blocks[1])
 
 
-@pytest.mark.parametrize('name', ['vit_ti16', 'siglip_b16'])
+@pytest.mark.parametrize('name', slow_after(1, ['vit_ti16', 'siglip_b16']))
 def test_no_classes_is_the_pooled_features(name):
   model, x = _small(name)
   variables = _init(model, x)
@@ -84,6 +85,7 @@ def test_no_classes_is_the_pooled_features(name):
     model.clone(num_classes=-1)
 
 
+@pytest.mark.slow
 def test_map_head_is_a_probe_attending_to_the_normalized_tokens():
   model, x = _small('siglip_b16', num_layers=0)  # Embedding, norm, pool.
   variables = _init(model, x)
@@ -113,6 +115,7 @@ def test_map_head_is_a_probe_attending_to_the_normalized_tokens():
                              atol=1e-5)
 
 
+@pytest.mark.slow
 def test_registers_layer_scale_and_the_embedding_without_a_class_entry():
   model, x = _small('dinov2_s14_reg4')
   params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.PRNGKey(0),
@@ -130,6 +133,7 @@ def test_registers_layer_scale_and_the_embedding_without_a_class_entry():
     model.clone(num_registers=-1)
 
 
+@pytest.mark.slow
 def test_dynamic_size_resamples_the_embedding_for_other_inputs():
   model, x = _small('dinov2_s14')
   assert model.dynamic_size

@@ -72,8 +72,15 @@ def _distinct_at_test_size() -> list:
   for name in zoo.list_models():
     model, x = _small(name)
     groups.setdefault((model, x.shape, x.dtype), []).append(name)
-  return [pytest.param(names[0], id='='.join(names))
+  # The fast tier compiles one model of each kind; the whole suite all.
+  return [pytest.param(names[0], id='='.join(names),
+                       marks=[] if _FAST.intersection(names)
+                       else [pytest.mark.slow])
           for names in groups.values()]
+
+
+# A CNN, an MLP, a ResNet, a ViT and a decoder.
+_FAST = {'cnn', 'mlp', 'resnet20', 'vit_ti16', 'gpt2'}
 
 
 DISTINCT = _distinct_at_test_size()
@@ -245,6 +252,7 @@ def test_activation_constraints_only_apply_under_mesh_and_rules(name):
     assert _constraints(model, x, variables)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['resnet50', 'vit_s16'])
 def test_rules_alone_shard_init_and_forward(name):
   model, x = _small(name)

@@ -21,6 +21,7 @@ def _run(tmp_path, png_folder) -> dict:
       '--warmup=1', '--batches=2'])
 
 
+@pytest.mark.slow
 def test_a_row_per_path_with_positive_rates(tmp_path, capsys):
   rng = np.random.default_rng(0)
   png_folder = write_png_folder(

@@ -69,6 +69,7 @@ def test_a_damaged_record_is_one_line_and_left_alone(tmp_path, content,
   assert file.read_bytes() == content
 
 
+@pytest.mark.slow
 def test_a_resume_on_changed_images_stops_before_writing(tmp_path,
                                                          fast_compiles):
   """The real loop on an image folder: files added to the training split

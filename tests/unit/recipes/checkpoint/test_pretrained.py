@@ -46,6 +46,7 @@ def _vit_file(tmp_path):
   return path
 
 
+@pytest.mark.slow
 def test_load_pretrained_gives_the_files_model_and_variables(vit_file):
   model, variables = zoo.load_pretrained('vit_ti16', vit_file)
   assert (model.gelu, model.patch_size, model.image_size, model.pool,

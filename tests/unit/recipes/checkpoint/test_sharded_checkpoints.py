@@ -25,6 +25,7 @@ def _strategy(mesh, devices=None):
       make_mesh(mesh, devices), partition_rules.default_rules('vit_ti16'))
 
 
+@pytest.mark.slow
 def test_restore_onto_another_mesh_and_fewer_devices(tmp_path):
   assert checkpoint.restore(checkpoint.manager(str(tmp_path)),
                              _strategy(dict(data=8, fsdp=1, tensor=1))

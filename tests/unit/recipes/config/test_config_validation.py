@@ -127,6 +127,7 @@ def test_a_config_file_that_exits_while_loading_is_one_line(tmp_path, code):
     command_line.ConfigFileParser().parse(str(path))
 
 
+@pytest.mark.slow
 def test_fewer_steps_than_the_workdirs_checkpoint_is_an_error(
     data_dir, tmp_path):
   loop.train_and_evaluate(_config(data_dir, num_train_steps=6), str(tmp_path))

@@ -94,6 +94,7 @@ def test_streamed_is_bitwise_the_in_memory_dataset(grey_folder,
                list(stream.eval_batches(batch_size=4)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('process_count', [2, 4])
 def test_processes_stream_their_rows_of_the_same_global_batches(
     grey_folder, monkeypatch, process_count):

@@ -12,6 +12,7 @@ from recipes.data.images.preprocess import Preprocessing
 from recipes.data.pipeline import in_memory
 from recipes.data.sources import tfds_source
 from recipes.runtime.errors import UserError
+from tests.helpers import slow_after
 
 # A small hand-made grey image: values 10..250 with a few repeats.
 SMALL = np.array([[10, 10, 60, 60],
@@ -192,9 +193,9 @@ def _batches(split, prep, start_step=0, num_steps=1, batch_size=8, seed=1):
       num_steps=num_steps, preprocessing=prep)])
 
 
-@pytest.mark.parametrize('augment, shape', [
-    ('none', (28, 28, 1)), ('none', (32, 32, 3)), ('cifar', (28, 28, 1)),
-    ('cifar', (32, 32, 3))])
+@pytest.mark.parametrize('augment, shape', slow_after(1, [
+    pytest.param('cifar', (32, 32, 3)), pytest.param('none', (28, 28, 1)),
+    pytest.param('none', (32, 32, 3)), pytest.param('cifar', (28, 28, 1))]))
 def test_training_batches_with_randaugment(augment, shape):
   split = _identical_copies(16, shape)
   prep = Preprocessing(augment, randaugment_layers=2)

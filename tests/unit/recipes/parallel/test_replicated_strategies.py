@@ -9,7 +9,7 @@ import pytest
 from recipes import experiment
 from recipes.core import optimizers, state_spec
 from recipes.parallel import strategy as strategies
-from tests.helpers import BatchNormNet, learnable_batch, tiny_config
+from tests.helpers import BatchNormNet, learnable_batch, tiny_config, slow_after
 
 # Tiny models, whose compiling takes longer than running.
 pytestmark = pytest.mark.usefixtures('fast_compiles')
@@ -42,7 +42,7 @@ def _eight_devices():
   assert jax.local_device_count() == 8
 
 
-@pytest.mark.parametrize('model', ['cnn', 'mlp'])
+@pytest.mark.parametrize('model', slow_after(1, ['mlp', 'cnn']))
 def test_steps_lower_the_loss_keep_replicas_identical_and_agree(model):
   """Each strategy learns with every replica the same, and shard_map's state
   and metrics are pmap's, bit for bit (same shared step, same

@@ -12,7 +12,7 @@ from recipes.core import state_spec
 from recipes.parallel import partition_rules
 from recipes.parallel.mesh import make_mesh
 from recipes.parallel.sharded import ShardedStrategy
-from tests.helpers import BatchNormNet, learnable_batch
+from tests.helpers import BatchNormNet, learnable_batch, slow_after
 
 # Tiny models, whose compiling takes longer than running.
 pytestmark = pytest.mark.usefixtures('fast_compiles')
@@ -73,7 +73,7 @@ def vit_reference():
   return losses, strategy.to_host(state)
 
 
-@pytest.mark.parametrize('layout', sorted(LAYOUTS))
+@pytest.mark.parametrize('layout', slow_after(1, ['mixed', 'fsdp', 'tensor']))
 def test_vit_layouts_compute_what_pure_data_parallel_does(layout,
                                                           vit_reference):
   strategy = ShardedStrategy(

@@ -48,6 +48,7 @@ def _compile_new_step():
   return jax.jit(lambda x: x * 3 + offset)(np.ones(7)).block_until_ready()
 
 
+@pytest.mark.slow
 def test_a_slow_compilation_is_not_a_stall_but_a_stall_after_it_is(
     monkeypatch, capfd, stops):
   _slow_compilations(monkeypatch, 2)
