@@ -30,6 +30,22 @@ def _small(name, **kwargs):
   return model, x
 
 
+@pytest.fixture(name='initialized', scope='module')
+def _initialized():
+  """`_small(name)` and its `_init` variables, once a module. The tests that
+  take it run on one worker, where they also share the steps they compile
+  for equal models (jax.jit keys on the model's fields)."""
+  made = {}
+
+  def initialized(name):
+    if name not in made:
+      plain, x = _small(name)
+      made[name] = plain, x, _init(plain, x)
+    return made[name]
+
+  return initialized
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _init(model, x):
   """Variables with every parameter perturbed: the zero head of the ViT and
@@ -70,10 +86,10 @@ def _loss_and_grads(model, variables, x):
     ('vit_ti16', dict(drop_path_rate=0.5)),
     pytest.param('resnet18', dict(drop_path_rate=0.5), marks=pytest.mark.slow),
 ])
-def test_dropout_and_drop_path_change_training_not_evaluation(name, option):
-  plain, x = _small(name)
+def test_dropout_and_drop_path_change_training_not_evaluation(name, option,
+                                                             initialized):
+  plain, x, variables = initialized(name)
   model = plain.clone(**option)
-  variables = _init(plain, x)
   np.testing.assert_array_equal(_apply(model, variables, x, False),
                                 _apply(plain, variables, x, False))
   trained = _apply(model, variables, x, True)
@@ -140,10 +156,10 @@ def test_drop_path_rates_rise_linearly_over_the_blocks(monkeypatch):
 # Compiles a full-width model or several: the slow tier.
 @pytest.mark.slow
 @pytest.mark.parametrize('name', ['vit_ti16', 'resnet18'])
-def test_remat_gives_the_same_parameters_loss_and_gradients(name):
-  plain, x = _small(name)
+def test_remat_gives_the_same_parameters_loss_and_gradients(name,
+                                                           initialized):
+  plain, x, variables = initialized(name)
   model = plain.clone(remat=True)
-  variables = _init(plain, x)
   remat_variables = _init(model, x)  # Same names, so interchangeable.
   jax.tree.map(np.testing.assert_array_equal, remat_variables, variables)
   loss, grads = _loss_and_grads(plain, variables, x)
@@ -197,9 +213,8 @@ def test_mlp_gelu_is_tanh_or_exact(approximate):
 
 
 @pytest.mark.slow
-def test_vit_passes_exact_gelu_to_its_blocks():
-  tanh, x = _small('vit_ti16')
-  variables = _init(tanh, x)
+def test_vit_passes_exact_gelu_to_its_blocks(initialized):
+  tanh, x, variables = initialized('vit_ti16')
   exact = tanh.clone(gelu='exact')
   assert not np.allclose(_apply(exact, variables, x, False),
                          _apply(tanh, variables, x, False), atol=1e-6)
