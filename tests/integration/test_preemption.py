@@ -3,7 +3,10 @@ the last checkpoint and the restart ends bitwise where an uninterrupted run
 does; SIGTERM stops cleanly (exit 0) at a step all processes agree on.
 
 Every random part of the update is on in these runs (see TOOLKIT), so that
-a resume must restore every random stream exactly."""
+a resume must restore every random stream exactly. Every run has two devices:
+one process of two, or two processes of one each, which end bitwise alike
+(a sum of two numbers is the same in either order), so that one
+uninterrupted run is the reference of them all."""
 
 import os
 import signal
@@ -15,8 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs import fashion_mnist_pmap
-from recipes import checkpoint, loop
+from recipes import checkpoint
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
                            saved_params, write_fashion_mnist)
 
@@ -25,8 +27,10 @@ pytestmark = pytest.mark.slow
 
 NUM_STEPS = 100
 LOG_EVERY = 5
+# A checkpoint every 10 steps: each signal comes right after one, with most
+# of the run still ahead.
 OVERRIDES = dict(batch_size=64, num_train_steps=NUM_STEPS,
-                 checkpoint_every_steps=20, log_every_steps=LOG_EVERY,
+                 checkpoint_every_steps=10, log_every_steps=LOG_EVERY,
                  eval_every_steps=NUM_STEPS)
 # Every random part of the update on at once: dropout, mixup or cutmix,
 # RandAugment, with label smoothing, accumulation and the moving average.
@@ -42,27 +46,35 @@ def data_dir(tmp_path_factory):
   return str(path)
 
 
-@pytest.fixture(scope='module')
-def uninterrupted(data_dir, tmp_path_factory):
-  """The workdir of a run nothing stopped (in this process)."""
-  config = fashion_mnist_pmap.get_config()
-  config.update(dict(data_dir=data_dir, **OVERRIDES, **TOOLKIT))
-  workdir = tmp_path_factory.mktemp('uninterrupted')
-  loop.train_and_evaluate(config, str(workdir))
-  return workdir
+# One process of two devices; the launcher's processes get one each.
+ONE_PROCESS = command_env(JAX_NUM_CPU_DEVICES='2')
+TWO_PROCESSES = command_env(JAX_NUM_CPU_DEVICES='1')
+LAUNCH_TWO = [LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=1',
+              '--']
 
 
-def _command(data_dir, workdir, **overrides):
-  settings = {**OVERRIDES, **TOOLKIT, **overrides}
+def _command(data_dir, workdir):
+  settings = {**OVERRIDES, **TOOLKIT}
   return [sys.executable, '-m', 'recipes.train',
           '--config=configs/fashion_mnist_pmap.py', f'--workdir={workdir}',
           f'--config.data_dir={data_dir}',
           *(f'--config.{k}={v}' for k, v in settings.items())]
 
 
-def _start(command, **kwargs):
+@pytest.fixture(scope='module')
+def uninterrupted(data_dir, tmp_path_factory):
+  """The workdir of a run nothing stopped: one process of two devices."""
+  workdir = tmp_path_factory.mktemp('uninterrupted')
+  done = subprocess.run(_command(data_dir, workdir), cwd=ROOT,
+                        env=ONE_PROCESS, capture_output=True, text=True,
+                        timeout=300, check=False)
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  return workdir
+
+
+def _start(command, env):
   return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, **kwargs)
+                          stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def _latest_step(workdir):
@@ -85,33 +97,33 @@ def _wait_for_a_checkpoint(process, workdir, after=-1, timeout=240):
   pytest.fail('no checkpoint appeared')
 
 
-def _stopped_by(output, num_steps=NUM_STEPS):
+def _stopped_by(output):
   """The steps after which the 'Stopped by SIGTERM' lines of `output` say
   the run stopped, each line checked whole."""
   steps = []
   for line in output.splitlines():
     if 'Stopped by' in line:
       step = int(line.split(' after step ')[1].split()[0])
-      assert f'Stopped by SIGTERM after step {step} of {num_steps}' in line
+      assert f'Stopped by SIGTERM after step {step} of {NUM_STEPS}' in line
       assert 'Run the same command again' in line
       steps.append(step)
   return steps
 
 
-def _restart(command, from_step, **kwargs):
+def _restart(command, from_step, env):
   """Runs `command` again to its end."""
   result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, **kwargs)
+                          timeout=300, env=env)
   assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
   assert f'Resuming from the checkpoint of step {from_step} ' in (
       result.stderr + result.stdout)
 
 
-def _assert_bitwise_equal(workdir, reference, num_steps=NUM_STEPS):
+def _assert_bitwise_equal(workdir, reference):
   """The final parameters and their moving average are the reference's."""
   for item in ('params', 'ema_params'):
     final, expected = (saved_params(w, item=item) for w in (workdir, reference))
-    assert final[0] == expected[0] == num_steps
+    assert final[0] == expected[0] == NUM_STEPS
     for a, b in zip(jax.tree.leaves(expected[1]), jax.tree.leaves(final[1])):
       np.testing.assert_array_equal(a, b)
 
@@ -126,7 +138,7 @@ def test_sigterm_then_sigkill_then_restart_ends_bitwise_equal(
   # (SIGINT takes the SIGTERM path; tests/unit/recipes/test_reliability.py
   # sends one.)
   command = _command(data_dir, tmp_path)
-  process = _start(command)
+  process = _start(command, ONE_PROCESS)
   _wait_for_a_checkpoint(process, str(tmp_path))
   process.send_signal(signal.SIGTERM)
   output, _ = process.communicate(timeout=120)
@@ -135,7 +147,7 @@ def test_sigterm_then_sigkill_then_restart_ends_bitwise_equal(
   assert stopped < NUM_STEPS
   assert _latest_step(tmp_path) == stopped
 
-  process = _start(command)
+  process = _start(command, ONE_PROCESS)
   _wait_for_a_checkpoint(process, str(tmp_path), after=stopped)
   process.kill()
   output, _ = process.communicate(timeout=60)
@@ -147,7 +159,7 @@ def test_sigterm_then_sigkill_then_restart_ends_bitwise_equal(
   assert set(range(LOG_EVERY, killed + 1, LOG_EVERY)) <= logged, (
       killed, sorted(logged))
 
-  _restart(command, killed)
+  _restart(command, killed, ONE_PROCESS)
   _assert_bitwise_equal(tmp_path, uninterrupted)
   assert set(read_scalars(tmp_path)['train/loss']) == set(
       range(LOG_EVERY, NUM_STEPS + 1, LOG_EVERY))
@@ -170,36 +182,23 @@ def _children(pid: int) -> dict[int, int]:
   return found
 
 
-TWO_PROCESS_STEPS = 60
-
-
 def test_sigterm_to_one_of_two_processes_stops_both_then_resumes_bitwise(
-    data_dir, tmp_path):
+    data_dir, tmp_path, uninterrupted):
   """Both stop after the same step, and the resumed run ends bitwise where
-  an uninterrupted two-process run does."""
-  launch = [LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=4',
-            '--']
-  steps = dict(num_train_steps=TWO_PROCESS_STEPS,
-               eval_every_steps=TWO_PROCESS_STEPS)
-  straight = tmp_path / 'straight'
-  done = subprocess.run(launch + _command(data_dir, straight, **steps),
-                        cwd=ROOT, env=command_env(), capture_output=True,
-                        text=True, timeout=600, check=False)
-  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-  workdir = tmp_path / 'stopped'
-  command = launch + _command(data_dir, workdir, **steps)
-  process = _start(command, env=command_env())
-  _wait_for_a_checkpoint(process, str(workdir))
+  the uninterrupted run does (one process of two devices: the same sums as
+  two processes of one)."""
+  command = LAUNCH_TWO + _command(data_dir, tmp_path)
+  process = _start(command, TWO_PROCESSES)
+  _wait_for_a_checkpoint(process, str(tmp_path))
   # A preemption notice reaches one host only; the other must stop too.
   os.kill(_children(process.pid)[1], signal.SIGTERM)
   output, _ = process.communicate(timeout=120)
   assert process.returncode == 0, output[-3000:]
-  stops = _stopped_by(output, TWO_PROCESS_STEPS)
+  stops = _stopped_by(output)
   assert len(stops) == 2, output[-3000:]
   assert len(set(stops)) == 1
   step = stops[0]
-  assert step < TWO_PROCESS_STEPS
-  # (Two processes of four devices match one of eight only to rounding:
-  # tests/integration/test_launch.py compares them.)
-  _restart(command, step, env=command_env())
-  _assert_bitwise_equal(workdir, straight, TWO_PROCESS_STEPS)
+  assert step < NUM_STEPS
+  assert _latest_step(tmp_path) == step
+  _restart(command, step, TWO_PROCESSES)
+  _assert_bitwise_equal(tmp_path, uninterrupted)
