@@ -14,7 +14,7 @@ import pytest
 
 from recipes import train
 from recipes.checkpoint import class_names
-from recipes.data import datasets
+from recipes.data import datasets, prepare
 from recipes.data.sources import idx
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
                            tiny_config, write_fashion_mnist_folder,
@@ -22,10 +22,11 @@ from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
 
 pytestmark = pytest.mark.slow  # Commands as processes, 70,000 images.
 
-NUM_STEPS = 60
+# Killed after step 10, resumed for 20 steps.
+NUM_STEPS = 30
 # Random augmentation on, so that the per-example seeds are exercised too.
-OVERRIDES = dict(batch_size=64, num_train_steps=NUM_STEPS,
-                 checkpoint_every_steps=20, log_every_steps=20,
+OVERRIDES = dict(batch_size=32, num_train_steps=NUM_STEPS,
+                 checkpoint_every_steps=10, log_every_steps=10,
                  eval_every_steps=NUM_STEPS, augment='cifar',
                  randaugment_layers=1, data_source='stream')
 
@@ -41,10 +42,11 @@ def fashion_mnist_png(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def fashion_mnist_records(fashion_mnist_png, tmp_path_factory):
+  """The PNG folder prepared into ArrayRecord shards, in this process (the
+  command's own tests are in tests/integration/test_prepare_command.py)."""
   records = str(tmp_path_factory.mktemp('fm_records') / 'records')
-  subprocess.run([sys.executable, '-m', 'recipes.data.prepare',
-                  f'folder:{fashion_mnist_png}', records], cwd=ROOT,
-                 check=True, capture_output=True, timeout=300)
+  written = prepare.prepare(f'folder:{fashion_mnist_png}', records)
+  assert written.examples_written == 70_000
   return records
 
 
