@@ -84,18 +84,3 @@ def _fast_tier_starts_no_processes(request, monkeypatch):
                 'it @pytest.mark.slow', pytrace=False)
 
   monkeypatch.setattr(subprocess.Popen, '__init__', refuse)
-
-
-def pytest_collection_modifyitems(items):
-  """Tests that share a fixture their module builds once (a trained workdir,
-  a compiled program) run on one pytest-xdist worker, so that it is built
-  once, not once per worker (`--dist=loadgroup` in pyproject.toml); the
-  other tests are handed out one by one."""
-  for item in items:
-    module = item.nodeid.split('::')[0]
-    info = getattr(item, '_fixtureinfo', None)
-    shared = info and any(
-        d.scope in ('module', 'package', 'session') and d.baseid == module
-        for defs in info.name2fixturedefs.values() for d in defs)
-    if shared:
-      item.add_marker(pytest.mark.xdist_group(module))
