@@ -58,7 +58,9 @@ class Attention(nn.Module):
   param_dtype: Any
 
   @nn.compact
-  def __call__(self, x, context=None):
+  def __call__(self, x, context=None, mask=None):
+    """`mask` (batch, context tokens): True for the tokens attended to, False
+    for padding (SigLIP's text tower); None: every token."""
     context = x if context is None else context
     embed = x.shape[-1]
     if embed % self.num_heads:
@@ -78,7 +80,11 @@ class Attention(nn.Module):
                                    ('batch', 'seq', 'heads', 'kv'))
         for name, inputs in (('query', x), ('key', context),
                              ('value', context)))
-    y = dot_product_attention(q, k, v, self.attention_impl)
+    if mask is not None:
+      # Spelled out over the queries, as zoo/decoder.py does for cuDNN.
+      mask = jnp.broadcast_to(mask[:, None, None, :].astype(bool),
+                              (x.shape[0], 1, x.shape[1], context.shape[1]))
+    y = dot_product_attention(q, k, v, self.attention_impl, mask=mask)
     return nn.Einsum(
         (*heads, embed), 'bthk,hkd->btd',
         kernel_init=named(_xavier(in_axis=(0, 1), out_axis=2),
@@ -181,7 +187,8 @@ class LayerScale(nn.Module):
 class EncoderBlock(nn.Module):
   """x + attention(norm(x)), then x + mlp(norm(x)); each branch passes
   through dropout, layer scale (if `layer_scale`, its initial value), then
-  drop path, unless `deterministic`."""
+  drop path, unless `deterministic`. `mask` (batch, tokens), if given, keeps
+  the False tokens (padding) out of the attention."""
 
   num_heads: int
   mlp_dim: int
@@ -196,7 +203,7 @@ class EncoderBlock(nn.Module):
   deterministic: bool = True
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, mask=None):
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
 
     def dropout(y):
@@ -211,7 +218,7 @@ class EncoderBlock(nn.Module):
       return nn.with_logical_constraint(x + branch, TOKENS)
 
     x = add(x, Attention(self.num_heads, self.attention_impl,
-                         **layer)(layers.layer_norm(**layer)(x)))
+                         **layer)(layers.layer_norm(**layer)(x), mask=mask))
     return add(x, mlp(layers.layer_norm(**layer)(x), self.mlp_dim,
                       self.approximate_gelu, dropout,
                       self.mlp_bias_init_std, **layer))
