@@ -110,7 +110,9 @@ def vit(file: str, width: int, depth: int, mlp_dim: int,
   """
   family = ('siglip' if pool == 'map' else
             'dinov2' if layer_scale or num_registers else 'vit')
-  names = registry.list_models(f'{family}_*')
+  # siglip_* names the text towers (siglip_b16_text) too: ViTs only.
+  names = [n for n in registry.list_models(f'{family}_*')
+           if registry.spec(n).cls is ViT]
   for name in names:
     d = options(name)
     if (d['hidden_size'], d['num_layers'], d['mlp_dim'],

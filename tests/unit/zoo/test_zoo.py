@@ -52,9 +52,13 @@ def _small(name, **kwargs):
 
 
 def _logits_shape(name, x):
-  """(batch, 7) for a classifier; (batch, length, 7) for a language model,
-  one prediction per token."""
-  return (*x.shape[:2 if zoo.spec(name).modality == 'text' else 1], 7)
+  """(batch, 7) for a classifier or a text embedding (SigLIP's text tower:
+  `projection_size` 7 at test size); (batch, length, 7) for a language
+  model, one prediction per token."""
+  spec = zoo.spec(name)
+  per_token = (spec.modality == 'text' and
+               'projection_size' not in spec.test_kwargs)
+  return (*x.shape[:2 if per_token else 1], 7)
 
 
 def _is_box(x):
