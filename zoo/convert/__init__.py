@@ -21,6 +21,7 @@ package with a SOURCE is one; a new one is a new file):
   timm         BiT-R50x1 ... R152x4 state dicts        timm_bit.py
   big_vision   BiT's published and big_vision .npz     big_vision_bit.py
   transformers GPT-2, Llama, Qwen2 model.safetensors    transformers_decoder.py
+  transformers SigLIP's towers model.safetensors      transformers_siglip.py
 Each has `SOURCE`, `matches(tensors)` (the tensors' names are its; no two
 converters match the same file) and `convert(...)`; an exportable one also
 `template(name, kwargs)`, the names and shapes of the file a zoo model makes

@@ -185,57 +185,67 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
                                           model_side))
   for i in range(d['num_layers']):
     source, target = f'blocks.{i}', f'params/block{i}'
-    _norm(t, f'{source}.norm1', f'{target}/LayerNorm_0')
-    _project_in(t, f'{source}.attn.qkv', f'{target}/Attention_0',
+    move_norm(t, f'{source}.norm1', f'{target}/LayerNorm_0')
+    project_in(t, f'{source}.attn.qkv', f'{target}/Attention_0',
                 ('query', 'key', 'value'))
-    _project_out(t, f'{source}.attn.proj', f'{target}/Attention_0')
-    _norm(t, f'{source}.norm2', f'{target}/LayerNorm_1')
-    _mlp(t, f'{source}.mlp', target)
+    project_out(t, f'{source}.attn.proj', f'{target}/Attention_0')
+    move_norm(t, f'{source}.norm2', f'{target}/LayerNorm_1')
+    move_mlp(t, f'{source}.mlp', target)
     if layer_scale:
       for k in range(2):
         t.move(f'{source}.ls{k + 1}.gamma', f'{target}/LayerScale_{k}/scale')
-  _norm(t, 'norm', 'params/final_norm')
+  move_norm(t, 'norm', 'params/final_norm')
   if pool == 'map':
     t.move('attn_pool.latent', 'params/map_head/probe')
-    _project_in(t, 'attn_pool.q', 'params/map_head/Attention_0', ('query',))
-    _project_in(t, 'attn_pool.kv', 'params/map_head/Attention_0',
+    project_in(t, 'attn_pool.q', 'params/map_head/Attention_0', ('query',))
+    project_in(t, 'attn_pool.kv', 'params/map_head/Attention_0',
                 ('key', 'value'))
-    _project_out(t, 'attn_pool.proj', 'params/map_head/Attention_0')
-    _norm(t, 'attn_pool.norm', 'params/map_head/LayerNorm_0')
-    _mlp(t, 'attn_pool.mlp', 'params/map_head')
+    project_out(t, 'attn_pool.proj', 'params/map_head/Attention_0')
+    move_norm(t, 'attn_pool.norm', 'params/map_head/LayerNorm_0')
+    move_mlp(t, 'attn_pool.mlp', 'params/map_head')
   heads.move(t, 'head.weight', 'head.bias', 'params/head', _LINEAR,
              file_classes, num_classes)
   return t.finish(name, kwargs, SOURCE)
 
 
-def _norm(t: Transfer, source: str, target: str):
+# The moves below serve transformers' SigLIP too (transformers_siglip.py):
+# its layer names differ, its layers' layouts are these.
+
+
+def move_norm(t: Transfer, source: str, target: str):
+  """A layer norm's `weight` and `bias` to the zoo's scale and bias."""
   t.move(f'{source}.weight', f'{target}/scale')
   t.move(f'{source}.bias', f'{target}/bias')
 
 
-def _mlp(t: Transfer, source: str, target: str):
+def move_mlp(t: Transfer, source: str, target: str):
+  """An MLP's `fc1` and `fc2` to the zoo's Dense_0 and Dense_1 of
+  `target`."""
   for k in range(2):
     t.move(f'{source}.fc{k + 1}.weight', f'{target}/Dense_{k}/kernel',
            _LINEAR)
     t.move(f'{source}.fc{k + 1}.bias', f'{target}/Dense_{k}/bias')
 
 
-def _project_in(t: Transfer, source: str, target: str, parts: Sequence[str]):
+def project_in(t: Transfer, source: str, target: str, parts: Sequence[str],
+               names: tuple[str, str] | None = None):
   """A linear layer of timm's that projects to `parts` (e.g. query, key,
   value) at once, its rows [part][head][head_dim], to the zoo's kernels
-  (width, heads, head_dim) and biases (heads, head_dim) of each part."""
+  (width, heads, head_dim) and biases (heads, head_dim) of each part;
+  `names`: its weight's and bias's (default: `source`.weight and .bias;
+  torch's MultiheadAttention has `in_proj_weight` and `in_proj_bias`)."""
+  weight_name, bias_name = names or (f'{source}.weight', f'{source}.bias')
   width, num_heads, head_dim = t.targets[f'{target}/{parts[0]}/kernel']
   rows = len(parts) * num_heads * head_dim
-  weight = t.take(f'{source}.weight', (rows, width))
+  weight = t.take(weight_name, (rows, width))
   weight = weight.reshape(len(parts), num_heads, head_dim, width)
-  bias = t.take(f'{source}.bias', (rows,)).reshape(len(parts), num_heads,
-                                                    head_dim)
+  bias = t.take(bias_name, (rows,)).reshape(len(parts), num_heads, head_dim)
   for s, part in enumerate(parts):
     t.put(f'{target}/{part}/kernel', weight[s].transpose(2, 0, 1))
     t.put(f'{target}/{part}/bias', bias[s])
 
 
-def _project_out(t: Transfer, source: str, target: str):
+def project_out(t: Transfer, source: str, target: str):
   """timm's output projection (width, heads * head_dim) to the zoo's kernel
   (heads, head_dim, width)."""
   num_heads, head_dim, width = t.targets[f'{target}/out/kernel']
