@@ -189,10 +189,15 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
     tower = _tower(name)
   else:
     tower = 'text' if _prefix(tensors, 'text') is not None else 'image'
+  return _convert(tensors, file, tower, name, num_classes, image_size)
+
+
+def _convert(tensors, file, tower, name, num_classes, image_size):
+  """`convert` of `tower` ('text' or 'image')."""
   prefix = _prefix(tensors, tower)
   if prefix is None:
     raise ConversionError(f'{file} has no transformers SigLIP {tower} '
-                          f'tower, which {name} is.')
+                          'tower' + (f', which {name} is.' if name else '.'))
   if tower == 'text':
     if image_size is not None or num_classes is not None:
       raise ConversionError(f'{file}: a text tower takes no image_size or '
@@ -364,7 +369,7 @@ def convert_model(tensors: Mapping[str, np.ndarray],
   if missing:
     raise ConversionError(f'{file} is not a SiglipModel: it has no '
                           f'{", ".join(missing)}.')
-  towers = {tower: convert(tensors, file, name)
+  towers = {tower: _convert(tensors, file, tower, name, None, None)
             for tower, name in (('image', image), ('text', text))}
   model = SigLIP(*(registry.create(c.name, **c.kwargs)
                    for c in towers.values()))
