@@ -215,6 +215,11 @@ def test_one_tower_of_a_siglip_model_file(tmp_path):
   assert difference <= RTOL, difference
   with pytest.raises(ValueError, match='no image_size or num_classes'):
     convert.load(path, name='siglip_b16_text', image_size=64)
+  # Fine-tuning the image tower: a new classifier, larger images (the
+  # position embedding resized).
+  tuned = convert.load(path, name='siglip_b16', num_classes=5, image_size=48)
+  assert tuned.initialized == ['params/head/kernel', 'params/head/bias']
+  assert tuned.variables['params']['pos_embedding'].shape == (1, 36, 128)
 
 
 def test_templates_are_transformers_state_dicts():
