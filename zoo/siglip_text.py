@@ -2,7 +2,7 @@
 (siglip_b16, siglip_l16, siglip_so400m14 in zoo/vit.py) are matched against.
 
     model = zoo.create('siglip_b16_text')
-    embedding = model.apply(variables, tokens)   # int32 (batch, 64) -> (batch, 768)
+    embedding = model.apply(variables, tokens)  # (batch, 64) -> (batch, 768)
 
 The tokens (SigLIP's 32,000 SentencePiece ids, padded to 64 as it was
 trained: `padding='max_length'`) are embedded with learned positions, pass
