@@ -741,8 +741,8 @@ def _report(src: str, dst: str, written: Written) -> str:
     done = (f'{written.examples_per_second:,.0f} {unit}/s' +
             (f'; wrote {written.shards_written} of the {total} shards, the '
              'others were there' if written.shards_written < total else ''))
-  use = (f'read its token batches with recipes.data.text.token_records.open'
-         f"('{dst}')" if tokens else
+  use = (f'read its token batches with recipes.data.pipeline.token_batches'
+         f".open('{dst}')" if tokens else
          f'Train on it with --config.dataset=records:{dst}')
   return (f'Prepared {src} in {dst}: {", ".join(parts)}, {_size(size)} '
           f'({done}). {use[0].upper()}{use[1:]}')
