@@ -464,12 +464,12 @@ def _settings(contents: Contents, key: str, data_dir: str | None,
           'splits': sizes}
 
 
-def _items(settings: dict[str, Any]) -> str:
+def _items(fields: dict[str, Any]) -> str:
   """The manifest's count of a split's or shard's source items: documents
   for token sequences (each shard's records are its packed sequences), else
-  the examples, one record each."""
-  return 'num_documents' if 'tokens' in settings else 'num_examples'
-
+  the examples, one record each. `fields`: settings, a manifest, or
+  `Contents.fields`."""
+  return 'num_documents' if 'tokens' in fields else 'num_examples'
 
 
 def _plan(settings: dict[str, Any]) -> list[_Shard]:
@@ -623,13 +623,12 @@ def _write_shard(root, shard: _Shard, contents: Contents,
       os.fsync(descriptor)
     finally:
       os.close(descriptor)
-    # Records, then (for text) the documents packed into them.
     record = {'file': shard.file, 'num_examples': written,
-              'num_documents': shard.stop - shard.start,
               'bytes': os.path.getsize(partial),
               'sha256': array_records.sha256(partial)}
-    if contents.unit != 'documents':
-      del record['num_documents']
+    # The source's items: for text the documents packed into the records;
+    # for images the examples again, one record each.
+    record[_items(contents.fields)] = shard.stop - shard.start
     os.replace(partial, final)
   except OSError as e:
     raise _write_failed(root, e) from None
