@@ -2,6 +2,8 @@
 
     python -m recipes.data.prepare SRC DST [--examples_per_shard=N]
         [--splits=train,test] [--data_dir=DIR] [--verify]
+    python -m recipes.data.prepare SRC DST --tokenizer=FILE --seq_len=N
+        [--text_column=C] [--examples_per_shard=N] [--splits=...]
     python -m recipes.data.prepare --verify DST
 
 SRC is what --config.dataset takes: folder:PATH, hf:NAME, records:PATH, a
@@ -10,6 +12,13 @@ TFDS name, or fashion_mnist_idx. The encoded images are copied as they are
 with one seek per example instead of one file or request each
 (recipes/data/sources/array_records.py has the format). Train on the result with
 --config.dataset=records:DST.
+
+With --tokenizer, SRC is text (jsonl:PATH, parquet:PATH or hf:NAME, its
+column --text_column, 'text' by default), tokenized with the model's own
+tokenizer and packed into sequences of --seq_len tokens
+(recipes/data/text/token_records.py has the format; --examples_per_shard
+counts documents). Everything else is the same for both: the shards, the
+manifest, the checksums, continuing a stopped run, --verify.
 
 A long prepare may be stopped (Ctrl-C, a lost machine): run the same command
 again and it continues from the first unfinished shard, giving the same
@@ -30,12 +39,13 @@ import math
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from recipes.data.sources import array_records, idx
 from recipes.data.sources.examples import EncodedSource, Examples
+from recipes.data.text import token_records
 from recipes.runtime import lease, library_noise, progress, storage
 from recipes.runtime.errors import UserError, describe, shorten
 
@@ -82,6 +92,14 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('--verify', action='store_true',
                       help='check every shard of DST against the sha256 in '
                       'its manifest (after preparing, when SRC is given)')
+  parser.add_argument('--tokenizer', default='',
+                      help="text: the model's tokenizer.json, SentencePiece "
+                      '.model file, or folder holding one')
+  parser.add_argument('--seq_len', type=int, default=None,
+                      help='text: tokens in each packed sequence (with '
+                      '--tokenizer)')
+  parser.add_argument('--text_column', default='',
+                      help="text: the column of text (default 'text')")
   return parser
 
 
@@ -98,7 +116,8 @@ def main(argv: Sequence[str]) -> int:
       written = prepare(
           src, dst, args.examples_per_shard,
           [s.strip() for s in args.splits.split(',') if s.strip()],
-          args.data_dir or None)
+          args.data_dir or None, Text(args.tokenizer, args.seq_len,
+                                      args.text_column))
       print(_report(src, dst, written))
     if args.verify:
       dst = args.paths[-1]
@@ -132,7 +151,7 @@ class Written:
 
   manifest: dict[str, Any]  # As written to DST/manifest.json.
   shards_written: int  # By this run; the others were there already.
-  examples_written: int
+  examples_written: int  # Examples (documents, for text) read to write them.
   seconds: float  # Spent writing them.
 
   @property
@@ -140,43 +159,91 @@ class Written:
     return self.examples_written / self.seconds if self.seconds else 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Text:
+  """The flags that make a prepare one of text: none given, it is one of
+  images."""
+
+  tokenizer: str = ''  # A tokenizer file or folder.
+  seq_len: int | None = None
+  column: str = ''  # '': 'text'.
+
+  def __bool__(self) -> bool:
+    return bool(self.tokenizer) or self.seq_len is not None or bool(
+        self.column)
+
+
+class Contents(Protocol):
+  """What a prepare writes: a source's items (images, documents) turned
+  into records, shard by shard."""
+
+  name: str  # The source, for messages.
+  unit: str  # What the items are called: 'examples', 'documents'.
+  sizes: dict[str, int]  # Items in each split.
+  fields: dict[str, Any]  # Manifest fields that say what the records hold.
+
+  def records(self, split: str, start: int, stop: int
+              ) -> Iterator[tuple[int, list[bytes]]]:
+    """The records of items [start, stop) of `split`, in order: yields
+    (items read, records) as it goes.
+
+    Raises:
+      UserError: an item that cannot be read or written; names it.
+    """
+    ...
+
+
 def prepare(src: str, dst: str, examples_per_shard: int = (
     DEFAULT_EXAMPLES_PER_SHARD), splits: Sequence[str] = (),
-            data_dir: str | None = None) -> Written:
+            data_dir: str | None = None, text: Text = Text()) -> Written:
   """Writes (or finishes writing) the prepared directory `dst` from `src`.
 
   Args:
     src: folder:PATH, hf:NAME, records:PATH, a TFDS name or
-      fashion_mnist_idx.
+      fashion_mnist_idx; with `text`, jsonl:PATH, parquet:PATH or hf:NAME.
     dst: a new or empty local directory, or one that an earlier prepare of
       the same `src` and settings left (finished or not).
-    examples_per_shard: examples in each shard but the last of a split.
+    examples_per_shard: examples (documents, for text) in each shard but
+      the last of a split.
     splits: the whole splits to copy; empty: all of the source's.
     data_dir: where a TFDS dataset or the IDX files are; None: the default.
+    text: the tokenizer and sequence length that make `src` text.
 
   Returns:
     The manifest and what this run wrote.
 
   Raises:
     UserError: a bad SRC, DST or setting, an empty split, an example that
-      is not a JPEG or PNG image or has a label out of range, or a failed
-      write; nothing of what DST held before is deleted.
+      is not a JPEG or PNG image or has a label out of range, a missing or
+      damaged tokenizer, text that is not UTF-8 or a text column without
+      text, or a failed write; nothing is written before the source and
+      settings are checked, and nothing of what DST held before is deleted.
   """
   _check_settings(examples_per_shard, splits)
+  if text:
+    _check_text(src, text)
   _local_destination(dst)  # Its mistakes before the source is read.
+  if text:
+    contents = _text_contents(src, text)
+    return write(contents, dst, examples_per_shard, splits)
+  if _text_prefix(src) in TEXT_ONLY:
+    raise UserError(f'SRC {src} is text: give the tokenizer and sequence '
+                    'length, --tokenizer=FILE --seq_len=N.')
   data_dir = os.path.abspath(os.path.expanduser(data_dir)) if (
       data_dir and '://' not in data_dir) else data_dir
   source, key = open_source(src, data_dir, splits)
   return write(source, dst, examples_per_shard, splits, key, data_dir)
 
 
-def write(source: EncodedSource, dst: str, examples_per_shard: int = (
-    DEFAULT_EXAMPLES_PER_SHARD), splits: Sequence[str] = (),
-          key: str | None = None, data_dir: str | None = None) -> Written:
+def write(source: EncodedSource | Contents, dst: str,
+          examples_per_shard: int = DEFAULT_EXAMPLES_PER_SHARD,
+          splits: Sequence[str] = (), key: str | None = None,
+          data_dir: str | None = None) -> Written:
   """Writes (or finishes writing) `source` as the prepared directory `dst`.
 
   Args:
-    source: the dataset; its examples are read in order.
+    source: the dataset of images, or the contents to write (token
+      sequences); its items are read in order.
     dst: as for `prepare`.
     examples_per_shard: examples in each shard but the last of a split.
     splits: the whole splits to copy; empty: all of the source's.
@@ -192,8 +259,9 @@ def write(source: EncodedSource, dst: str, examples_per_shard: int = (
   """
   _check_settings(examples_per_shard, splits)
   root = _local_destination(dst)
-  names = list(dict.fromkeys(splits)) or list(source.splits)
-  settings = _settings(source, key or source.name, data_dir,
+  contents = _Images(source) if isinstance(source, EncodedSource) else source
+  names = list(dict.fromkeys(splits)) or list(contents.sizes)
+  settings = _settings(contents, key or contents.name, data_dir,
                        examples_per_shard, names)
   try:
     root.mkdir(parents=True, exist_ok=True)
@@ -206,15 +274,16 @@ def write(source: EncodedSource, dst: str, examples_per_shard: int = (
     for name in [s.file for s in plan] + [array_records.MANIFEST]:
       _remove(root / (name + PARTIAL))  # Left by a stopped run.
 
-    todo = [s for s in plan if not _intact(root, s, finished.get(s.file))]
+    todo = [s for s in plan
+            if not _intact(root, s, finished.get(s.file), settings)]
     began = time.monotonic()
     # Examples written, their rate and the ETA on stderr.
     counter = progress.Progress(
-        sum(s.stop - s.start for s in todo), label='examples',
-        unit='examples', write=lambda line: print(line, file=sys.stderr,
-                                                  flush=True))
+        sum(s.stop - s.start for s in todo), label=contents.unit,
+        unit=contents.unit, write=lambda line: print(line, file=sys.stderr,
+                                                     flush=True))
     for shard in todo:
-      record = _write_shard(root, shard, source, counter)
+      record = _write_shard(root, shard, contents, counter)
       before = finished.get(shard.file)
       if complete and before and before['sha256'] != record['sha256']:
         _remove(root / shard.file)
@@ -243,6 +312,44 @@ def _check_settings(examples_per_shard: int, splits: Sequence[str]):
       raise UserError(f'--splits takes whole split names, e.g. train,test; '
                       f'not {name!r} (slice when training instead, e.g. '
                       "--config.train_split='train[:90%]').")
+
+
+def _check_text(src: str, text: Text):
+  """The text flags, before anything is read."""
+  if not text.tokenizer or text.seq_len is None:
+    raise UserError('text needs both --tokenizer=FILE and --seq_len=N (and '
+                    'SRC jsonl:PATH, parquet:PATH or hf:NAME).')
+  token_records.check_seq_len(text.seq_len)
+  if not _text_prefix(src):
+    raise UserError(f'SRC {src!r} is not text: with --tokenizer, give '
+                    'jsonl:PATH, parquet:PATH or hf:NAME_OR_PATH.')
+
+
+# Name prefixes of text sources ('jsonl:/data/web.jsonl'); hf: is text
+# with --tokenizer, else images.
+TEXT_ONLY = ('jsonl', 'parquet')
+TEXT = (*TEXT_ONLY, 'hf')
+
+
+def _text_prefix(src: str) -> str | None:
+  prefix, colon, where = src.partition(':')
+  return prefix if colon and where and prefix in TEXT else None
+
+
+def _text_contents(src: str, text: Text) -> Contents:
+  """The packed sequences of the text source `src`: the tokenizer loaded
+  and the whole source checked (UTF-8, a text column with text)."""
+  # pylint: disable=g-import-not-at-top
+  from recipes.data.sources import (hf_source, jsonl_source,
+                                    parquet_source)
+  from recipes.data.text import tokenizer as tokenizer_lib
+  # pylint: enable=g-import-not-at-top
+  tokenizer = tokenizer_lib.load(text.tokenizer)
+  prefix, _, where = src.partition(':')
+  opener = {'jsonl': jsonl_source.open, 'parquet': parquet_source.open,
+            'hf': hf_source.open_text}[prefix]
+  return token_records.Packer(opener(where, text.column), tokenizer,
+                              text.seq_len)
 
 
 def _local_destination(dst: str):
@@ -312,24 +419,57 @@ def _tfds_source(name: str, data_dir: str | None) -> EncodedSource:
   return tfds_source.encoded(builder)
 
 
-def _settings(source: EncodedSource, key: str, data_dir: str | None,
+class _Images:
+  """The records of a dataset of encoded images (`Contents`): each example
+  a tf.train.Example, its image checked to be a JPEG or PNG and its label
+  a class."""
+
+  unit = 'examples'
+
+  def __init__(self, source: EncodedSource):
+    self.name, self._source = source.name, source
+    self.sizes = {name: len(examples)
+                  for name, examples in source.splits.items()}
+    self.fields = {'class_names': list(source.class_names)}
+
+  def records(self, split: str, start: int, stop: int
+              ) -> Iterator[tuple[int, list[bytes]]]:
+    examples = self._source.splits[split]
+    for first in range(start, stop, _READ_CHUNK):
+      indices = list(range(first, min(stop, first + _READ_CHUNK)))
+      images, labels = examples.read(indices)
+      yield len(indices), [
+          array_records.encode(image, label) for image, label in zip(
+              _checked(images, labels, indices, examples, self._source),
+              labels)]
+
+
+def _settings(contents: Contents, key: str, data_dir: str | None,
               examples_per_shard: int, names: Sequence[str]) -> dict[str, Any]:
   """What makes a prepare the same one again: it matches a DST's manifest
   or progress file only if every field is equal."""
   for name in names:
-    if name not in source.splits:
-      raise UserError(f'{source.name} has no split {name!r} (it has '
-                      f'{", ".join(source.splits) or "none"}).')
-  sizes = {name: len(source.splits[name]) for name in names}
+    if name not in contents.sizes:
+      raise UserError(f'{contents.name} has no split {name!r} (it has '
+                      f'{", ".join(contents.sizes) or "none"}).')
+  sizes = {name: contents.sizes[name] for name in names}
   if not sizes:
-    raise UserError(f'{source.name} has no splits.')
+    raise UserError(f'{contents.name} has no splits.')
   for name, size in sizes.items():
     if not size:
-      raise UserError(f'split {name!r} of {source.name} has no examples; '
-                      'leave it out with --splits.')
+      raise UserError(f'split {name!r} of {contents.name} has no '
+                      f'{contents.unit}; leave it out with --splits.')
   return {'source': key, 'data_dir': data_dir,
-          'examples_per_shard': examples_per_shard,
-          'class_names': list(source.class_names), 'splits': sizes}
+          'examples_per_shard': examples_per_shard, **contents.fields,
+          'splits': sizes}
+
+
+def _items(fields: dict[str, Any]) -> str:
+  """The manifest's count of a split's or shard's source items: documents
+  for token sequences (each shard's records are its packed sequences), else
+  the examples, one record each. `fields`: settings, a manifest, or
+  `Contents.fields`."""
+  return 'num_documents' if 'tokens' in fields else 'num_examples'
 
 
 def _plan(settings: dict[str, Any]) -> list[_Shard]:
@@ -343,12 +483,13 @@ def _plan(settings: dict[str, Any]) -> list[_Shard]:
   return plan
 
 
-def _settings_of(manifest: dict[str, Any]) -> dict[str, Any]:
-  return {'source': manifest.get('source'),
-          'data_dir': manifest.get('data_dir'),
-          'examples_per_shard': manifest.get('examples_per_shard'),
-          'class_names': manifest.get('class_names'),
-          'splits': {name: info.get('num_examples')
+def _settings_of(manifest: dict[str, Any], keys: Sequence[str]
+                 ) -> dict[str, Any]:
+  """The settings that `manifest` was written with, as `_settings` gives
+  them, for the keys of those of this run."""
+  items = _items(manifest)
+  return {**{key: manifest.get(key) for key in keys if key != 'splits'},
+          'splits': {name: info.get(items)
                      for name, info in manifest.get('splits', {}).items()}}
 
 
@@ -362,7 +503,8 @@ def _claim(root, settings: dict[str, Any]
   """
   manifest = array_records.read_manifest(root)
   if manifest is not None:
-    _check_same(root, 'a prepared dataset', _settings_of(manifest), settings)
+    _check_same(root, 'a prepared dataset',
+                _settings_of(manifest, list(settings)), settings)
     return {shard['file']: shard for info in manifest['splits'].values()
             for shard in info['shards']}, True
   progress = root / PROGRESS
@@ -401,9 +543,14 @@ def _check_same(root, what: str, there: dict[str, Any],
     return
   differences = []
   for key in here:
-    if there.get(key) != here[key]:
-      differences.append(f'{key} {_short(there.get(key))} there, '
-                         f'{_short(here[key])} here')
+    mine, theirs = here[key], there.get(key)
+    if isinstance(mine, dict) and isinstance(theirs, dict):  # "tokens"
+      differences += [f'{key}.{k} {_short(theirs.get(k))} there, '
+                      f'{_short(mine.get(k))} here'
+                      for k in dict.fromkeys([*mine, *theirs])
+                      if theirs.get(k) != mine.get(k)]
+    elif theirs != mine:
+      differences.append(f'{key} {_short(theirs)} there, {_short(mine)} here')
   raise UserError(
       f'DST {root} holds {what} of {there.get("source")} that differs from '
       f'this one ({"; ".join(differences)}); run with the same settings to '
@@ -420,9 +567,10 @@ def _few(names: list[str]) -> str:
                                  if len(names) > 3 else '')
 
 
-def _intact(root, shard: _Shard, record: dict[str, Any] | None) -> bool:
+def _intact(root, shard: _Shard, record: dict[str, Any] | None,
+            settings: dict[str, Any]) -> bool:
   """Whether a finished shard is there, whole (by its size)."""
-  if not record or record.get('num_examples') != shard.stop - shard.start:
+  if not record or record.get(_items(settings)) != shard.stop - shard.start:
     return False
   try:
     return (root / shard.file).stat().length == record['bytes']
@@ -430,7 +578,7 @@ def _intact(root, shard: _Shard, record: dict[str, Any] | None) -> bool:
     return False
 
 
-def _write_shard(root, shard: _Shard, source: EncodedSource,
+def _write_shard(root, shard: _Shard, contents: Contents,
                  counter: progress.Progress) -> dict[str, Any]:
   """Writes one shard under its temporary name, then renames it.
 
@@ -439,7 +587,6 @@ def _write_shard(root, shard: _Shard, source: EncodedSource,
   """
   # pylint: disable-next=g-import-not-at-top
   from array_record.python.array_record_module import ArrayRecordWriter
-  examples = source.splits[shard.split]
   final = os.fspath(root / shard.file)
   partial = final + PARTIAL
   try:
@@ -448,13 +595,10 @@ def _write_shard(root, shard: _Shard, source: EncodedSource,
       raise OSError(f'cannot create {partial}')
   except Exception as e:  # pylint: disable=broad-except
     raise _write_failed(root, e) from None
-  closed = False
+  closed, written = False, 0
   try:
-    for start in range(shard.start, shard.stop, _READ_CHUNK):
-      indices = list(range(start, min(shard.stop, start + _READ_CHUNK)))
-      images, labels = examples.read(indices)
-      records = [array_records.encode(image, label) for image, label in zip(
-          _checked(images, labels, indices, examples, source), labels)]
+    for read, records in contents.records(shard.split, shard.start,
+                                          shard.stop):
       try:
         for record in records:
           writer.write(record)
@@ -462,7 +606,8 @@ def _write_shard(root, shard: _Shard, source: EncodedSource,
           raise OSError(f'the ArrayRecord writer of {partial} failed')
       except Exception as e:  # pylint: disable=broad-except
         raise _write_failed(root, e) from None
-      counter.update(counter.done + len(indices))
+      written += len(records)
+      counter.update(counter.done + read)
     try:
       closed = True
       writer.close()  # Writes what is buffered, and the index.
@@ -478,9 +623,12 @@ def _write_shard(root, shard: _Shard, source: EncodedSource,
       os.fsync(descriptor)
     finally:
       os.close(descriptor)
-    record = {'file': shard.file, 'num_examples': shard.stop - shard.start,
+    record = {'file': shard.file, 'num_examples': written,
               'bytes': os.path.getsize(partial),
               'sha256': array_records.sha256(partial)}
+    # The source's items: for text the documents packed into the records;
+    # for images the examples again, one record each.
+    record[_items(contents.fields)] = shard.stop - shard.start
     os.replace(partial, final)
   except OSError as e:
     raise _write_failed(root, e) from None
@@ -550,16 +698,16 @@ def _fsync_dir(root):
 
 def _manifest(settings: dict[str, Any], plan: list[_Shard],
               finished: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  keys = ('file', 'num_examples', _items(settings), 'bytes', 'sha256')
   splits = {}
   for split, size in settings['splits'].items():
-    shards = [finished[s.file] for s in plan if s.split == split]
-    splits[split] = {'num_examples': size, 'shards': [
-        {key: shard[key] for key in ('file', 'num_examples', 'bytes',
-                                     'sha256')} for shard in shards]}
+    shards = [{key: finished[s.file][key] for key in dict.fromkeys(keys)}
+              for s in plan if s.split == split]
+    splits[split] = {'num_examples': sum(s['num_examples'] for s in shards),
+                     _items(settings): size, 'shards': shards}
   return {'format': array_records.FORMAT, 'version': array_records.VERSION,
-          'source': settings['source'], 'data_dir': settings['data_dir'],
-          'examples_per_shard': settings['examples_per_shard'],
-          'class_names': settings['class_names'], 'splits': splits}
+          **{key: value for key, value in settings.items()
+             if key != 'splits'}, 'splits': splits}
 
 
 def _size(n: int) -> str:
@@ -572,20 +720,31 @@ def _size(n: int) -> str:
 
 def _report(src: str, dst: str, written: Written) -> str:
   manifest = written.manifest
-  parts = [f'{name} {info["num_examples"]:,} examples in '
-           f'{len(info["shards"])} shards'
-           for name, info in manifest['splits'].items()]
+  tokens = manifest.get('tokens')
+  unit = 'documents' if tokens else 'examples'
+  if tokens:
+    parts = [f'{name} {info["num_examples"]:,} sequences of '
+             f'{tokens["seq_len"]:,} tokens from {info["num_documents"]:,} '
+             f'documents in {len(info["shards"])} shards'
+             for name, info in manifest['splits'].items()]
+  else:
+    parts = [f'{name} {info["num_examples"]:,} examples in '
+             f'{len(info["shards"])} shards'
+             for name, info in manifest['splits'].items()]
   size = sum(s['bytes'] for i in manifest['splits'].values()
              for s in i['shards'])
   total = sum(len(i['shards']) for i in manifest['splits'].values())
   if not written.shards_written:
     done = 'all there already; nothing written'
   else:
-    done = (f'{written.examples_per_second:,.0f} examples/s' +
+    done = (f'{written.examples_per_second:,.0f} {unit}/s' +
             (f'; wrote {written.shards_written} of the {total} shards, the '
              'others were there' if written.shards_written < total else ''))
+  use = (f'read its token batches with recipes.data.pipeline.token_batches'
+         f".open('{dst}')" if tokens else
+         f'Train on it with --config.dataset=records:{dst}')
   return (f'Prepared {src} in {dst}: {", ".join(parts)}, {_size(size)} '
-          f'({done}). Train on it with --config.dataset=records:{dst}')
+          f'({done}). {use[0].upper()}{use[1:]}')
 
 
 if __name__ == '__main__':

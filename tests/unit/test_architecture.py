@@ -62,11 +62,12 @@ def _cycle(graph) -> list[str] | None:
 # recipes/ holds the commands and the run; bench/ times them from the
 # outside. Within recipes/data/, sources give examples, images/ decodes and
 # augments them, pipeline/ batches them, and its root (the dataset registry,
-# the prepare command) puts them together.
+# the prepare command) puts them together; text/ tokenizes and packs text,
+# beside images/ (neither imports the other).
 LAYERS = {
     'recipes': ('runtime', 'core', 'data', 'parallel', 'aot', 'checkpoint',
                 'config', 'root', 'bench'),
-    'recipes.data': ('sources', 'images', 'pipeline', 'root'),
+    'recipes.data': ('sources', 'images', 'text', 'pipeline', 'root'),
 }
 
 

@@ -36,14 +36,24 @@ def default_threads() -> int:
   return min(2 * len(os.sched_getaffinity(0)), 16)
 
 
-class _EpochOrders:
+class EpochOrders:
   """The permutation of each epoch, computed once (a resumed run computes
-  only its own epoch's)."""
+  only its own epoch's): the order of every dataset read by index, of
+  images as of token sequences (recipes/data/pipeline/token_batches.py)."""
 
   def __init__(self, n: int, seed: int):
     self.n, self.seed = n, seed
     self._lock = threading.Lock()
     self._cache: dict[int, np.ndarray] = {}
+
+  def rows(self, step: int, batch_size: int, start: int, stop: int
+           ) -> np.ndarray:
+    """The examples of rows [start, stop) of the global batch of `step`
+    (the last incomplete batch of each epoch is dropped)."""
+    epoch, within = divmod(step, in_memory.steps_per_epoch(self.n,
+                                                           batch_size))
+    return self(epoch)[within * batch_size + start:
+                       within * batch_size + stop]
 
   def __call__(self, epoch: int) -> np.ndarray:
     with self._lock:
@@ -119,25 +129,17 @@ class RandomAccessDataset:
                         stored_shape=self.stored_shape), labels
 
   def _stream(self, first: int, stop: int, make: Callable) -> Iterator[Batch]:
-    steps = grain.MapDataset.range(first, stop).map(make)
-    return iter(steps.to_iter_dataset(grain.ReadOptions(
-        # Each thread's batch, and one more: a streamed batch of large images
-        # is tens of MB.
-        num_threads=self.threads, prefetch_buffer_size=self.threads + 1)))
+    return stream(first, stop, make, self.threads)
 
   def train_batches(self, *, batch_size: int, seed: int, start_step: int,
                     num_steps: int) -> Iterator[Batch]:
     """See `Dataset.train_batches`: the same batches as an in-memory
     dataset of the same examples."""
-    n = len(self.train)
-    per_epoch = in_memory.steps_per_epoch(n, batch_size)
     start, stop = process_slice(batch_size)
-    order = _EpochOrders(n, seed)
+    order = EpochOrders(len(self.train), seed)
 
     def make(step: int) -> Batch:
-      epoch, within = divmod(step, per_epoch)
-      rows = order(epoch)[within * batch_size + start:
-                          within * batch_size + stop]
+      rows = order.rows(step, batch_size, start, stop)
       positions = step * batch_size + np.arange(start, stop, dtype=np.int64)
       seeds = np.stack([np.full_like(positions, seed), positions], axis=1)
       image, label = self._batch(self.train, rows, seeds, train=True)
@@ -162,3 +164,13 @@ class RandomAccessDataset:
 
     return self._stream(0, in_memory.num_eval_steps(n, batch_size), make)
 
+
+def stream(first: int, stop: int, make: Callable[[int], Batch],
+           threads: int) -> Iterator[Batch]:
+  """make(step) for steps [first, stop), in order, made on `threads`
+  threads a few steps ahead."""
+  steps = grain.MapDataset.range(first, stop).map(make)
+  return iter(steps.to_iter_dataset(grain.ReadOptions(
+      # Each thread's batch, and one more: a streamed batch of large images
+      # is tens of MB.
+      num_threads=threads, prefetch_buffer_size=threads + 1)))

@@ -22,6 +22,12 @@ manifest.json (written last):
           "num_examples": 10000, "bytes": 5123456, "sha256": "..."}, ...]},
        ...}}
 
+A directory of token sequences (`prepare SRC DST --tokenizer=...`,
+recipes/data/text/token_records.py has its records) has the same layout,
+with a "tokens" object (the tokenizer, its sha256, seq_len, the special
+ids) in place of "class_names", and the documents each split and shard was
+packed from ("num_documents") beside its records ("num_examples").
+
 Opening checks what is cheap: every field of the manifest, that each shard
 is a regular file of the directory (named plainly: never `..` or a path),
 its size, and its number of records as the ArrayRecord reader counts them
@@ -125,8 +131,8 @@ class _Shard:
     return self.examples_in_shard - self.skip
 
 
-class ShardedExamples:
-  """One split: the records of ArrayRecord shards, by index (`Examples`).
+class ShardedRecords:
+  """One split: the records of ArrayRecord shards, by index, as bytes.
 
   Picklable: a worker process opens the files again when it first reads.
   """
@@ -173,31 +179,27 @@ class ShardedExamples:
     # PNGs), about as fast for JPEGs.
     return [self._source[i] for i in indices]
 
-  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
-    """See `Examples.read`."""
+  def records(self, indices: Sequence[int]) -> list[bytes]:
+    """The records at `indices`, in that order.
+
+    Raises:
+      IndexError: an index out of range.
+      UserError: a shard could not be read; the message names it.
+    """
     indices = [int(i) for i in indices]
     for index in indices:
       if not 0 <= index < len(self):
         raise IndexError(f'example {index} of {len(self)}')
     if not indices:
-      return [], np.zeros([0], np.int64)
+      return []
     try:
-      records = self._records(indices)
+      return self._records(indices)
     except Exception as e:  # pylint: disable=broad-except
       # The shard changed since it was opened, or the disk failed.
       raise UserError(
           f'cannot read {self._which(indices)} of {self._where} '
           f'({" ".join(str(e).split())[:200]}); check the disk, or prepare '
           'the data again.') from None
-    images, labels = [], np.empty([len(indices)], np.int64)
-    for i, (index, record) in enumerate(zip(indices, records)):
-      try:
-        image, labels[i] = decode(record)
-      except ValueError as e:
-        raise UserError(f'{self.describe(index)} is damaged ({e}); prepare '
-                        'the data again.') from None
-      images.append(image)
-    return images, labels
 
   def _which(self, indices: Sequence[int]) -> str:
     if len(indices) == 1:
@@ -218,11 +220,36 @@ class ShardedExamples:
     return f'record {record} of shard {self._shards[shard].filename}'
 
 
-def prepare_command(source: str, dst: str, data_dir: str | None = None
-                    ) -> str:
-  """The command that (re)writes `dst` from `source`, for messages."""
-  flag = f' --data_dir={data_dir}' if data_dir else ''
-  return f'python -m recipes.data.prepare {source} {dst}{flag}'
+class ShardedExamples(ShardedRecords):
+  """One split of encoded images and labels, by index (`Examples`)."""
+
+  def read(self, indices: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
+    """See `Examples.read`."""
+    indices = [int(i) for i in indices]
+    records = self.records(indices)
+    images, labels = [], np.empty([len(indices)], np.int64)
+    for i, (index, record) in enumerate(zip(indices, records)):
+      try:
+        image, labels[i] = decode(record)
+      except ValueError as e:
+        raise UserError(f'{self.describe(index)} is damaged ({e}); prepare '
+                        'the data again.') from None
+      images.append(image)
+    return images, labels
+
+
+def prepare_command(manifest: dict[str, Any], dst: str) -> str:
+  """The command that (re)writes `dst` as its `manifest` records, for
+  messages."""
+  flags = ([f' --data_dir={manifest["data_dir"]}'] if manifest['data_dir']
+           else [])
+  if 'tokens' in manifest:
+    tokens = manifest['tokens']
+    flags += [f' --tokenizer={tokens["tokenizer"]}',
+              f' --seq_len={tokens["seq_len"]}',
+              f' --text_column={tokens["text_column"]}']
+  return f'python -m recipes.data.prepare {manifest["source"]} {dst}' + (
+      ''.join(flags))
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -287,8 +314,12 @@ def _check_fields(manifest: Any):
          'a string or null')
   _field(manifest, 'examples_per_shard', '', _integer(1),
          'a positive integer')
-  _field(manifest, 'class_names', '', lambda v: isinstance(v, list) and v and
-         all(isinstance(n, str) for n in v), 'a list of names')
+  tokens = 'tokens' in manifest  # Token sequences, else images.
+  if tokens:
+    _check_tokens(manifest)
+  else:
+    _field(manifest, 'class_names', '', lambda v: isinstance(v, list) and v
+           and all(isinstance(n, str) for n in v), 'a list of names')
   splits = _field(manifest, 'splits', '', lambda v: isinstance(v, dict) and v,
                   'an object of splits')
   files = set()
@@ -296,8 +327,10 @@ def _check_fields(manifest: Any):
     where = f'splits.{split}'
     _field(splits, split, 'splits', lambda v: isinstance(v, dict),
            'an object')
-    total = _field(info, 'num_examples', where, _integer(1),
-                   'a positive integer')
+    # Records, and for token sequences the documents packed into them.
+    keys = ('num_examples', 'num_documents') if tokens else ('num_examples',)
+    totals = {key: _field(info, key, where, _integer(1), 'a positive integer')
+              for key in keys}
     shards = _field(info, 'shards', where, lambda v: isinstance(v, list) and v,
                     'a list of shards')
     for i, shard in enumerate(shards):
@@ -309,14 +342,33 @@ def _check_fields(manifest: Any):
       if name in files:
         raise ValueError(f'{at}.file {json.dumps(name)} is listed twice')
       files.add(name)
-      _field(shard, 'num_examples', at, _integer(1), 'a positive integer')
+      for key in keys:
+        _field(shard, key, at, _integer(1), 'a positive integer')
       _field(shard, 'bytes', at, _integer(0), 'a size in bytes')
       _field(shard, 'sha256', at, lambda v: isinstance(v, str) and bool(
           re.fullmatch('[0-9a-f]{64}', v)), 'a sha256 in hex')
-    held = sum(shard['num_examples'] for shard in shards)
-    if held != total:
-      raise ValueError(f'{where}.num_examples is {total}, but its shards '
-                       f'hold {held} together')
+    for key, total in totals.items():
+      held = sum(shard[key] for shard in shards)
+      if held != total:
+        raise ValueError(f'{where}.{key} is {total}, but its shards hold '
+                         f'{held} together')
+
+
+def _check_tokens(manifest: dict[str, Any]):
+  """The "tokens" object of a directory of token sequences."""
+  tokens = _field(manifest, 'tokens', '', lambda v: isinstance(v, dict),
+                  'an object')
+  text = lambda v: isinstance(v, str) and bool(v)  # pylint: disable=unnecessary-lambda-assignment
+  _field(tokens, 'tokenizer', 'tokens', text, 'a path')
+  _field(tokens, 'tokenizer_sha256', 'tokens', lambda v: isinstance(
+      v, str) and bool(re.fullmatch('[0-9a-f]{64}', v)), 'a sha256 in hex')
+  _field(tokens, 'text_column', 'tokens', text, 'a column name')
+  _field(tokens, 'seq_len', 'tokens', _integer(1), 'a positive integer')
+  _field(tokens, 'vocab_size', 'tokens', _integer(1), 'a positive integer')
+  for key in ('eos_id', 'pad_id'):
+    _field(tokens, key, 'tokens', _integer(0), 'a token id')
+  _field(tokens, 'bos_id', 'tokens', lambda v: v is None or _integer(0)(v),
+         'a token id or null')
 
 
 def _field(parent, key, where: str, ok, expected: str):
@@ -430,14 +482,17 @@ def _check_counts(present: Sequence[tuple[dict[str, Any], Any, int]],
                       f'manifest records {shard["num_examples"]:,}; {advice}')
 
 
-def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
-  """The prepared directory `path` as a dataset; reads no example yet.
+def open_prepared(path: str
+                  ) -> tuple[dict[str, Any], dict[str, list[tuple[str, int]]]]:
+  """The manifest of the prepared directory `path` and each split's shards,
+  checked as cheaply as they can be; reads no record.
 
   Args:
     path: a directory written by `python -m recipes.data.prepare`.
 
   Returns:
-    Its splits (`ShardedExamples`) and class names.
+    The manifest, and (file path, number of records) of each shard of each
+    split, in order.
 
   Raises:
     UserError: not a prepared directory, a damaged manifest, or a shard
@@ -446,7 +501,7 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
   """
   root = storage.path(path)
   manifest = _require_manifest(root)
-  again = prepare_command(manifest['source'], str(root), manifest['data_dir'])
+  again = prepare_command(manifest, str(root))
   present, missing = _shards(root, manifest)
   if missing:
     raise UserError(f'shard {root / missing[0]} is missing; run the prepare '
@@ -458,13 +513,33 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
                       f'delete it and run the prepare again: {again}')
   _check_counts(present, 'find what is damaged with: python -m '
                 f'recipes.data.prepare --verify {root}')
-  splits = {}
-  for split, info in manifest['splits'].items():
-    shards = [(str(root / s['file']), s['num_examples'])
+  return manifest, {
+      split: [(str(root / s['file']), s['num_examples'])
               for s in info['shards']]
-    splits[split] = ShardedExamples(shards, f'the prepared directory {root}')
-  return EncodedSource(f'the prepared directory {root}',
-                       tuple(manifest['class_names']), splits)
+      for split, info in manifest['splits'].items()}
+
+
+def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
+  """The prepared directory of images `path` as a dataset; reads no example
+  yet.
+
+  Args:
+    path: a directory written by `python -m recipes.data.prepare`.
+
+  Returns:
+    Its splits (`ShardedExamples`) and class names.
+
+  Raises:
+    UserError: as for `open_prepared`, or a directory of token sequences.
+  """
+  manifest, shards = open_prepared(path)
+  where = f'the prepared directory {storage.path(path)}'
+  if 'tokens' in manifest:
+    raise UserError(f'{where} holds token sequences (prepared with '
+                    '--tokenizer), not images; give a directory prepared '
+                    'from images.')
+  return EncodedSource(where, tuple(manifest['class_names']), {
+      split: ShardedExamples(files, where) for split, files in shards.items()})
 
 
 def sha256(path: str | os.PathLike) -> str:
@@ -511,8 +586,7 @@ def verify(path: str) -> tuple[int, int]:
                    f'{_names(damaged)}')
     if missing:
       parts.append(f'missing: {_names(missing)}')
-    again = prepare_command(manifest['source'], str(root),
-                            manifest['data_dir'])
+    again = prepare_command(manifest, str(root))
     raise UserError(f'{root}: shards {"; ".join(parts)}. Delete the damaged '
                     f'ones and run the prepare again to rewrite them: {again}')
   _check_counts(intact, f'it is as prepared (its sha256 matches), so '

@@ -14,6 +14,9 @@ worse than one that stops at once. A Hub name is read offline from the local
 caches (`datasets.load_dataset`'s, or the Hub's own from `hf download`); one
 that is not there is a one-line error saying how to download it once.
 
+`open_text` reads a text column the same way, as documents for
+`python -m recipes.data.prepare hf:NAME DST --tokenizer=...`.
+
 `datasets` is an optional extra (`pip install 'jax-model-zoo[hf]'`), imported
 only when a hf: dataset is opened.
 """
@@ -29,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from recipes.data.sources import examples as examples_lib
+from recipes.data.sources import texts as texts_lib
 from recipes.runtime.errors import UserError
 
 # Columns taken when none is named and no column has the feature type.
@@ -93,6 +97,42 @@ def open(  # pylint: disable=redefined-builtin
                     image_column, labels[split], len(class_names), split,
                     source)
       for split, dataset in splits.items()})
+
+
+def open_text(name_or_path: str, column: str = texts_lib.DEFAULT_COLUMN
+              ) -> texts_lib.TextSource:
+  """Opens the text column of a Hugging Face dataset; reads no text yet.
+
+  Args:
+    name_or_path: as for `open`.
+    column: the column of text ('text' if empty).
+
+  Returns:
+    Its splits, each the rows with text (memory-mapped Arrow).
+
+  Raises:
+    UserError: as for `open`; no such column, or one that is not text,
+      holds bytes that are not UTF-8, or has no text in a split.
+  """
+  datasets = _import_datasets()
+  source = f'hf:{name_or_path}'
+  column = column or texts_lib.DEFAULT_COLUMN
+  with _offline(datasets):
+    splits = _load(datasets, name_or_path, source)
+  if not splits:
+    raise UserError(f'{source} has no splits.')
+  found = {}
+  for split, dataset in splits.items():
+    if column not in dataset.column_names:
+      raise UserError(f"split '{split}' of {source} has no column {column!r} "
+                      f'(its columns: {", ".join(dataset.column_names)}); '
+                      'name the text column with --text_column.')
+    # One column, through any row order (`with_format('arrow')` heeds a
+    # shuffled or selected dataset's indices).
+    values = dataset.select_columns([column]).with_format('arrow')[:]
+    found[split] = texts_lib.ArrowTexts(values.column(column), split, source,
+                                        column)
+  return texts_lib.TextSource(source, column, found)
 
 
 class _Split:
