@@ -3,9 +3,12 @@ a small disk."""
 
 import contextlib
 import gzip
+import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 import flax.linen as nn
@@ -19,7 +22,8 @@ from ml_collections import config_flags
 
 from recipes import checkpoint
 from recipes.config import defaults as default
-from recipes.runtime import summaries
+from recipes.data import prepare
+from recipes.runtime import lease, summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_LAUNCHER = os.path.join(ROOT, 'launch', 'local.sh')
@@ -61,6 +65,43 @@ def command_env(**extra) -> dict[str, str]:
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(('JAX_COORDINATOR', 'JAX_PROCESS', 'JAX_NUM_PRO'))}
   return {**env, 'JAX_PLATFORMS': 'cpu', 'PYTHON': sys.executable, **extra}
+
+
+def sigkill_prepare_after(command: list[str], dst, shards: int,
+                          timeout: float):
+  """Starts recipes.data.prepare's `command` (writing into `dst`) and kills
+  it with SIGKILL once its progress file lists `shards` finished shards (a
+  shard is listed after its rename; the file's first line is its header).
+  Fails if the command ends first or `timeout` seconds pass."""
+  process = subprocess.Popen(command, cwd=ROOT, env=command_env(),
+                             stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + timeout
+  progress = os.path.join(dst, prepare.PROGRESS)
+  try:
+    while not (os.path.exists(progress)
+               and len(open(progress).read().splitlines()) > shards):
+      assert process.poll() is None, f'it ended before writing {shards} shards'
+      assert time.monotonic() < deadline, f'{shards} shards not written in time'
+      time.sleep(0.002)
+    process.send_signal(signal.SIGKILL)
+  finally:
+    process.kill()
+    process.wait(timeout)
+
+def prepare_in_process(*args) -> tuple[int, str, str]:
+  """(exit status, stdout, stderr) of recipes.data.prepare's `main` run in
+  this process, without its one-second wait for a rival prepare (none runs
+  here)."""
+  out, err = io.StringIO(), io.StringIO()
+  with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(
+      out), contextlib.redirect_stderr(err):
+    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
+    try:
+      code = prepare.main([str(arg) for arg in args])
+    except SystemExit as e:  # argparse's --help and usage errors.
+      code = e.code
+  return code, out.getvalue(), err.getvalue()
 
 
 def tiny_config(**overrides):

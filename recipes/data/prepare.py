@@ -106,8 +106,17 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
   args = _parser().parse_args(argv)
   # TFDS's notices (e.g. of its directories) are not ours to show; our lines
-  # say what matters.
-  logging.getLogger('absl').setLevel(logging.ERROR)
+  # say what matters. The level is put back for a caller in the same process.
+  absl = logging.getLogger('absl')
+  level = absl.level
+  absl.setLevel(logging.ERROR)
+  try:
+    return _run(args)
+  finally:
+    absl.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
   if len(args.paths) > 2 or (len(args.paths) == 1 and not args.verify):
     _parser().error('give SRC and DST (or --verify DST)')
   try:

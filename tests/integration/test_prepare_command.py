@@ -4,20 +4,14 @@ mistake is one line. The command's processes where a process matters (a
 kill, what it writes to stderr, its exit status); the rest through its
 `main`, in process."""
 
-import contextlib
-import io
-import logging
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from recipes.data import prepare
-from recipes.runtime import lease
-from tests.helpers import ROOT, command_env, write_fashion_mnist
+from tests.helpers import (ROOT, command_env, prepare_in_process,
+                           sigkill_prepare_after, write_fashion_mnist)
 
 # A 3,000-example prepare and the command's processes: the slow tier.
 pytestmark = pytest.mark.slow
@@ -47,28 +41,10 @@ def _prepare(idx_dir, dst, *flags):
               f'--examples_per_shard={PER_SHARD}', *flags)
 
 
-def _main(*args):
-  """(exit status, stdout, stderr) of the command's `main` in process,
-  without its one-second wait for a rival prepare (none runs here), and
-  with the level of absl's logger it sets put back."""
-  out, err, absl = io.StringIO(), io.StringIO(), logging.getLogger('absl')
-  level = absl.level
-  with contextlib.ExitStack() as stack:
-    stack.enter_context(pytest.MonkeyPatch.context()).setattr(
-        lease, 'VERIFY_SECONDS', 0.0)
-    stack.enter_context(contextlib.redirect_stdout(out))
-    stack.enter_context(contextlib.redirect_stderr(err))
-    stack.callback(absl.setLevel, level)
-    try:
-      code = prepare.main([str(arg) for arg in args])
-    except SystemExit as e:  # argparse's --help and usage errors.
-      code = e.code
-  return code, out.getvalue(), err.getvalue()
-
-
 def _prepare_here(idx_dir, dst, *flags):
-  return _main('fashion_mnist_idx', dst, f'--data_dir={idx_dir}',
-               f'--examples_per_shard={PER_SHARD}', *flags)
+  return prepare_in_process('fashion_mnist_idx', dst,
+                            f'--data_dir={idx_dir}',
+                            f'--examples_per_shard={PER_SHARD}', *flags)
 
 
 def _files(path):
@@ -102,24 +78,9 @@ def whole(idx_dir, tmp_path_factory):
 
 def test_killed_run_continues_to_the_same_files(idx_dir, whole, tmp_path):
   dst = tmp_path / 'prepared'
-  process = subprocess.Popen(_command(
+  sigkill_prepare_after(_command(
       'fashion_mnist_idx', dst, f'--data_dir={idx_dir}',
-      f'--examples_per_shard={PER_SHARD}'), cwd=ROOT, env=command_env(),
-                             stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-  deadline = time.monotonic() + TIMEOUT
-  try:
-    # A shard is done once the progress file lists it (after its rename).
-    progress = dst / prepare.PROGRESS
-    while not (progress.exists()
-               and len(progress.read_text().splitlines()) >= 2):
-      assert process.poll() is None, 'it ended before writing a shard'
-      assert time.monotonic() < deadline, 'no shard written in time'
-      time.sleep(0.002)
-    process.send_signal(signal.SIGKILL)
-  finally:
-    process.kill()
-    process.wait(TIMEOUT)
+      f'--examples_per_shard={PER_SHARD}'), dst, 1, TIMEOUT)
   # Stopped mid-run: some shards written, no manifest.
   shards = [n for n in os.listdir(dst) if n.endswith('.array_record')]
   assert 1 <= len(shards) < 310
@@ -133,7 +94,7 @@ def test_killed_run_continues_to_the_same_files(idx_dir, whole, tmp_path):
 
 
 def test_verify_says_ok_or_names_the_damaged_shard(whole, tmp_path):
-  code, out, err = _main('--verify', whole)
+  code, out, err = prepare_in_process('--verify', whole)
   assert code == 0, err
   assert out.startswith(f'{whole}: OK, 310 shards'), out
   copy = tmp_path / 'copy'
@@ -144,12 +105,12 @@ def test_verify_says_ok_or_names_the_damaged_shard(whole, tmp_path):
   data = bytearray(shard.read_bytes())
   data[100] ^= 0xff
   shard.write_bytes(bytes(data))
-  line = _one_line_error(_main('--verify', copy))
+  line = _one_line_error(prepare_in_process('--verify', copy))
   assert 'damaged' in line and 'train-00123-of-00300.array_record' in line
 
 
 def test_help_answers():
-  code, out, _ = _main('--help')
+  code, out, _ = prepare_in_process('--help')
   assert code == 0
   assert 'usage: python -m recipes.data.prepare SRC DST' in out
   assert '--examples_per_shard' in out
@@ -187,7 +148,7 @@ def test_mistakes_are_one_line(case, idx_dir, whole, tmp_path):
     line = _one_line_error(_prepare_here(tmp_path, dst))
     assert "split 'test' of fashion_mnist_idx has no examples" in line
   elif case == 'verify a folder':
-    line = _one_line_error(_main('--verify', idx_dir))
+    line = _one_line_error(prepare_in_process('--verify', idx_dir))
     assert 'is not a prepared directory' in line
   elif case == 'missing idx files':
     line = _one_line_error(_prepare_here(tmp_path / 'nothing', dst))

@@ -3,9 +3,8 @@ are the packing of the tokenizer's ids, with the images' manifest and
 checksums; a stopped prepare continues to the same files; every mistake
 is one line and writes nothing."""
 
-import contextlib
-import io
 import json
+import logging
 import os
 import re
 
@@ -17,6 +16,7 @@ from recipes.data.sources import array_records, jsonl_source
 from recipes.data.text import packing, token_records
 from recipes.data.text import tokenizer as tokenizer_lib
 from recipes.runtime.errors import UserError
+from tests.helpers import prepare_in_process
 from tests.unit.recipes.data.text.conftest import documents, write_jsonl
 
 SEQ_LEN = 16
@@ -151,22 +151,11 @@ def test_bad_text_is_one_line_and_nothing_is_written(tmp_path, bpe_file,
   else:
     path.write_bytes(content)
   dst = tmp_path / 'tokens'
-  code, err = _main(f'jsonl:{path}', dst, f'--tokenizer={bpe_file}',
-                    '--seq_len=8')
+  code, _, err = prepare_in_process(f'jsonl:{path}', dst,
+                                    f'--tokenizer={bpe_file}', '--seq_len=8')
   assert code == 1 and len(err.splitlines()) == 1
   assert re.search(says, err), err
   assert not dst.exists()
-
-
-def _main(*args):
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(
-      io.StringIO()):
-    try:
-      code = prepare.main([str(a) for a in args])
-    except SystemExit as e:
-      code = e.code
-  return code, err.getvalue()
 
 
 @pytest.mark.parametrize('flags, says', [
@@ -189,15 +178,15 @@ def test_bad_flags_are_one_line_and_nothing_is_written(corpus, tmp_path,
            .replace('DAMAGED', str(damaged)).replace('BPE', bpe_file)
            for f in flags]
   dst = tmp_path / 'tokens'
-  code, err = _main(f'jsonl:{corpus}', dst, *flags)
+  code, _, err = prepare_in_process(f'jsonl:{corpus}', dst, *flags)
   assert code == 1 and len(err.splitlines()) == 1, err
   assert re.search(says, err), err
   assert not dst.exists()
 
 
 def test_a_source_of_images_with_a_tokenizer_is_refused(tmp_path, bpe_file):
-  code, err = _main(f'folder:{tmp_path}', tmp_path / 'tokens',
-                    f'--tokenizer={bpe_file}', '--seq_len=8')
+  code, _, err = prepare_in_process(f'folder:{tmp_path}', tmp_path / 'tokens',
+                                    f'--tokenizer={bpe_file}', '--seq_len=8')
   assert code == 1 and "SRC 'folder:" in err and 'is not text' in err
 
 
@@ -208,24 +197,24 @@ def test_a_tokenizer_without_end_of_text_is_refused(corpus, tmp_path):
                                                unk_token='[UNK]'))
   path = tmp_path / 'bare.json'
   bare.save(str(path))
-  code, err = _main(f'jsonl:{corpus}', tmp_path / 'tokens',
-                    f'--tokenizer={path}', '--seq_len=8')
+  code, _, err = prepare_in_process(f'jsonl:{corpus}', tmp_path / 'tokens',
+                                    f'--tokenizer={path}', '--seq_len=8')
   assert code == 1 and 'has no end-of-text token' in err
   assert not (tmp_path / 'tokens').exists()
 
 
 def test_the_command_reports_sequences_and_verifies(corpus, tmp_path,
-                                                    bpe_file):
-  out = io.StringIO()
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(
-      io.StringIO()):
-    code = prepare.main([f'jsonl:{corpus}', str(tmp_path / 'tokens'),
-                         f'--tokenizer={bpe_file}', '--seq_len=16',
-                         '--examples_per_shard=10', '--verify'])
+                                                    bpe_file, caplog):
+  with caplog.at_level(logging.INFO, logger='absl'):
+    code, out, _ = prepare_in_process(
+        f'jsonl:{corpus}', tmp_path / 'tokens', f'--tokenizer={bpe_file}',
+        '--seq_len=16', '--examples_per_shard=10', '--verify')
+    # It quiets absl's notices while it runs, then gives its caller (a
+    # notebook, this test process) its logging back.
+    assert logging.getLogger('absl').level == logging.INFO
   assert code == 0
-  assert 'sequences of 16 tokens from 38 documents in 4 shards' in (
-      out.getvalue())
-  assert 'OK, 5 shards' in out.getvalue()
+  assert 'sequences of 16 tokens from 38 documents in 4 shards' in out
+  assert 'OK, 5 shards' in out
 
 
 def test_jsonl_parquet_and_hf_give_the_same_sequences(corpus, tmp_path,
