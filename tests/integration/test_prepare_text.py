@@ -9,7 +9,6 @@ the same for 1 and 2 processes."""
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,11 +16,10 @@ import time
 import numpy as np
 import pytest
 
-from recipes.data import prepare
 from recipes.data.pipeline import token_batches
 from recipes.data.text import packing, token_records
 from recipes.data.text import tokenizer as tokenizer_lib
-from tests.helpers import ROOT, command_env
+from tests.helpers import ROOT, command_env, sigkill_prepare_after
 
 pytestmark = pytest.mark.slow
 
@@ -120,21 +118,7 @@ def test_the_records_decode_to_every_paragraph(corpus, whole):
 
 def test_killed_run_continues_to_the_same_files(corpus, whole, tmp_path):
   dst = tmp_path / 'tokens'
-  process = subprocess.Popen(_command(corpus, dst), cwd=ROOT,
-                             env=command_env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-  deadline = time.monotonic() + TIMEOUT
-  try:
-    progress = dst / prepare.PROGRESS
-    while not (progress.exists()
-               and len(progress.read_text().splitlines()) >= 3):
-      assert process.poll() is None, 'it ended before writing two shards'
-      assert time.monotonic() < deadline, 'no shard written in time'
-      time.sleep(0.002)
-    process.send_signal(signal.SIGKILL)
-  finally:
-    process.kill()
-    process.wait(TIMEOUT)
+  sigkill_prepare_after(_command(corpus, dst), dst, 2, TIMEOUT)
   assert 'manifest.json' not in os.listdir(dst)
   result = _run(_command(corpus, dst))
   assert result.returncode == 0, result.stderr[-3000:]
