@@ -344,13 +344,8 @@ class Decoder(nn.Module):
     layers.check_choice('norm', self.norm, ('rms', 'layer'))
     layers.check_choice('mlp', self.mlp, ('swiglu', 'gelu'))
     layers.check_rate('dropout_rate', self.dropout_rate)
-    if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-      raise ValueError(f'a Decoder takes integer token ids of shape (batch, '
-                       f'length), got {tokens.dtype} inputs of shape '
-                       f'{tokens.shape}.')
-    if self.positions == 'learned' and tokens.shape[1] > self.max_length:
-      raise ValueError(f'{tokens.shape[1]} tokens are more than the '
-                       f'{self.max_length} positions the model has learned.')
+    layers.check_tokens('a Decoder', tokens, self.max_length
+                        if self.positions == 'learned' else None)
     kv_heads = self.num_kv_heads or self.num_heads
     if self.num_heads % kv_heads:
       raise ValueError(f'{self.num_heads} query heads do not share '

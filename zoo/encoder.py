@@ -201,15 +201,9 @@ class Encoder(nn.Module):
   def _check(self, tokens):
     layers.check_rate('dropout_rate', self.dropout_rate)
     layers.check_classes(self.num_classes)
-    if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-      raise ValueError(f'an Encoder takes integer token ids of shape (batch, '
-                       f'length), got {tokens.dtype} inputs of shape '
-                       f'{tokens.shape}.')
+    # RoBERTa's positions start after its padding id.
     offset = 0 if self.pad_token_id is None else self.pad_token_id + 1
-    if tokens.shape[1] + offset > self.max_length:
-      raise ValueError(f'{tokens.shape[1]} tokens are more than the '
-                       f'{self.max_length - offset} positions the model has '
-                       'learned.')
+    layers.check_tokens('an Encoder', tokens, self.max_length - offset)
     if self.hidden_size % self.num_heads:
       raise ValueError(f'{self.hidden_size} features do not split into '
                        f'{self.num_heads} heads.')

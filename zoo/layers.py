@@ -9,6 +9,7 @@ in `nn.with_logical_partitioning`, so `model.init` returns
 from typing import Any, Sequence
 
 import flax.linen as nn
+import jax.numpy as jnp
 from flax.linen import initializers
 
 named = nn.with_logical_partitioning
@@ -194,6 +195,27 @@ def check_rate(name: str, rate: float):
   """
   if not 0 <= rate < 1:
     raise ValueError(f'{name} must be at least 0 and below 1, got {rate!r}.')
+
+
+def check_tokens(model: str, tokens, positions: int | None):
+  """Checks that `tokens` are integer ids (batch, length) that fit the
+  learned positions.
+
+  Args:
+    model: the model, with its article, for the message ('a Decoder').
+    tokens: the input.
+    positions: the positions the model has learned; None: any length (RoPE).
+
+  Raises:
+    ValueError: the ids are not 2-D integers, or too many for `positions`.
+  """
+  if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise ValueError(f'{model} takes integer token ids of shape (batch, '
+                     f'length), got {tokens.dtype} inputs of shape '
+                     f'{tokens.shape}.')
+  if positions is not None and tokens.shape[1] > positions:
+    raise ValueError(f'{tokens.shape[1]} tokens are more than the '
+                     f'{positions} positions the model has learned.')
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]):

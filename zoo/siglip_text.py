@@ -108,13 +108,7 @@ class SiglipText(nn.Module):
 
   @nn.compact
   def __call__(self, tokens, train: bool = False, mask=None):
-    if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-      raise ValueError(f'a SiglipText takes integer token ids of shape '
-                       f'(batch, length), got {tokens.dtype} inputs of shape '
-                       f'{tokens.shape}.')
-    if tokens.shape[1] > self.max_length:
-      raise ValueError(f'{tokens.shape[1]} tokens are more than the '
-                       f'{self.max_length} positions the model has learned.')
+    layers.check_tokens('a SiglipText', tokens, self.max_length)
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     # Both tables start N(0, 1/width), as Flax's nn.Embed and transformers'
     # SigLIP initialize them.
