@@ -66,6 +66,15 @@ def zoo_logits(name: str, kwargs: dict, variables, images_nchw) -> np.ndarray:
       variables, images))
 
 
+def zoo_on_tokens(name: str, kwargs: dict, variables, tokens,
+                  mask=None) -> np.ndarray:
+  """The zoo text model's float32 output for token ids, padding masked
+  where `mask` (True for real tokens) is given."""
+  model = zoo.create(name, **kwargs)
+  apply = jax.jit(lambda v, x, m: model.apply(v, x, mask=m))
+  return np.asarray(apply(variables, jnp.asarray(tokens, jnp.int32),
+                          None if mask is None else jnp.asarray(mask)))
+
 def zoo_variable_names(name: str, kwargs: dict) -> set[str]:
   """'params/...' and 'batch_stats/...' of the zoo model, from its own
   initialization (shapes only)."""

@@ -27,7 +27,7 @@ torch, transformers, safetensors_numpy = originals(
 import zoo
 from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
                                    images, randomize_torch,
-                                   relative_difference)
+                                   relative_difference, zoo_on_tokens)
 from zoo import convert
 from zoo.convert import export, transformers_siglip
 
@@ -86,11 +86,8 @@ def _their_text(model, tokens, mask=None) -> np.ndarray:
 
 
 def _our_text(converted, tokens, mask=None) -> np.ndarray:
-  model = zoo.create(converted.name, **converted.kwargs)
-  apply = jax.jit(lambda v, x, m: model.apply(v, x, mask=m))
-  return np.asarray(apply(converted.variables,
-                          jnp.asarray(tokens, jnp.int32),
-                          None if mask is None else jnp.asarray(mask)))
+  return zoo_on_tokens(converted.name, converted.kwargs, converted.variables,
+                       tokens, mask)
 
 
 def test_text_tower_gives_transformers_embedding_with_padding(tmp_path):

@@ -11,8 +11,6 @@ transformers' own at full size. Needs torch and transformers (the
 convert-test extra); skipped without them.
 """
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -24,7 +22,8 @@ torch, transformers, safetensors_numpy = originals(
 # pylint: disable=wrong-import-position
 import zoo
 from tests.convert_helpers import (RTOL, assert_exactly_once,
-                                   randomize_torch, relative_difference)
+                                   randomize_torch, relative_difference,
+                                   zoo_on_tokens)
 from zoo import convert
 from zoo.convert import export, transformers_decoder
 
@@ -95,13 +94,6 @@ def _theirs(model, tokens, mask=None) -> np.ndarray:
                      mask)).logits.numpy()
 
 
-def _ours(name, kwargs, variables, tokens, mask=None) -> np.ndarray:
-  model = zoo.create(name, **kwargs)
-  apply = jax.jit(lambda v, x, m: model.apply(v, x, mask=m))
-  return np.asarray(apply(variables, jnp.asarray(tokens, jnp.int32),
-                          None if mask is None else jnp.asarray(mask)))
-
-
 def _check(name, tmp_path, tiny=True, **changes):
   """Converts the (tiny) original of `name` from its saved file; returns
   it, the conversion and the worst logit difference."""
@@ -114,7 +106,7 @@ def _check(name, tmp_path, tiny=True, **changes):
                       name, converted.kwargs)
   tokens = _tokens(vocab=model.config.vocab_size)
   difference = relative_difference(
-      _ours(name, converted.kwargs, converted.variables, tokens),
+      zoo_on_tokens(name, converted.kwargs, converted.variables, tokens),
       _theirs(model, tokens))
   assert difference <= RTOL, difference
   return model, converted, difference
@@ -164,7 +156,7 @@ def test_gpt2_published_layout_sets_the_mask_buffers_aside(tmp_path):
                                'constant)' for i in range(2)}
   tokens = _tokens()
   difference = relative_difference(
-      _ours('gpt2', converted.kwargs, converted.variables, tokens),
+      zoo_on_tokens('gpt2', converted.kwargs, converted.variables, tokens),
       _theirs(model, tokens))
   assert difference <= RTOL, difference
 
@@ -177,7 +169,7 @@ def test_llama3_scaled_rope_and_grouped_query_attention(tmp_path):
   # Without Llama 3's frequency scaling the logits are far off.
   tokens = _tokens()
   unscaled = relative_difference(
-      _ours('llama3_2_1b', {**converted.kwargs, 'rope_scaling': None},
+      zoo_on_tokens('llama3_2_1b', {**converted.kwargs, 'rope_scaling': None},
             converted.variables, tokens), _theirs(model, tokens))
   assert unscaled > 10 * RTOL, unscaled
   _export_round_trip(model, converted)
@@ -203,11 +195,11 @@ def test_padding_mask_keeps_left_padding_out(tmp_path):
   mask[1, :7] = 0  # The second sequence is left-padded by 7 tokens.
   theirs = _theirs(model, tokens, mask)
   real = mask.astype(bool)
-  ours = _ours('smollm2_360m', converted.kwargs, converted.variables, tokens,
+  ours = zoo_on_tokens('smollm2_360m', converted.kwargs, converted.variables, tokens,
                mask)
   difference = relative_difference(ours[real], theirs[real])
   assert difference <= RTOL, difference
-  unmasked = _ours('smollm2_360m', converted.kwargs, converted.variables,
+  unmasked = zoo_on_tokens('smollm2_360m', converted.kwargs, converted.variables,
                    tokens)
   assert relative_difference(unmasked[real], theirs[real]) > 10 * RTOL
 

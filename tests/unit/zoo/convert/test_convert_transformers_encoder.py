@@ -11,8 +11,6 @@ The registered parameter counts are transformers' own at full size. Needs
 torch and transformers (the convert-test extra); skipped without them.
 """
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -24,7 +22,8 @@ torch, transformers, safetensors_numpy = originals(
 # pylint: disable=wrong-import-position
 import zoo
 from tests.convert_helpers import (RTOL, assert_exactly_once,
-                                   randomize_torch, relative_difference)
+                                   randomize_torch, relative_difference,
+                                   zoo_on_tokens)
 from zoo import convert
 from zoo.convert import export, transformers_encoder
 
@@ -80,11 +79,8 @@ def _theirs(model, tokens, mask=None) -> np.ndarray:
 
 
 def _ours(converted, tokens, mask=None) -> np.ndarray:
-  model = zoo.create(converted.name, **converted.kwargs)
-  apply = jax.jit(lambda v, x, m: model.apply(v, x, mask=m))
-  return np.asarray(apply(converted.variables,
-                          jnp.asarray(tokens, jnp.int32),
-                          None if mask is None else jnp.asarray(mask)))
+  return zoo_on_tokens(converted.name, converted.kwargs, converted.variables,
+                       tokens, mask)
 
 
 def _convert(model, tmp_path, name, num_classes=None):
