@@ -35,17 +35,23 @@ import time
 
 import numpy as np
 
+from recipes.runtime import library_noise
+
+library_noise.import_tensorflow()  # Before anything else loads it.
+
+# pylint: disable=wrong-import-position
 from recipes.core import zero_shot
 from recipes.data.images import decoding
 from recipes.data.images.preprocess import Preprocessing
 from recipes.data.sources import image_folder
 from recipes.data.text import prompts
 from recipes.data.text import tokenizer as tokenizer_lib
-from recipes.runtime import library_noise
 from recipes.runtime.errors import UserError, shorten
 from recipes.runtime.progress import Progress
 from zoo import convert, download, pretrained
 from zoo.convert import transformers_siglip
+
+# pylint: enable=wrong-import-position
 
 # The files of a transformers checkpoint folder, in the order they are tried.
 _WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
