@@ -109,9 +109,13 @@ def main(argv: list[str]) -> int:
   library_noise.keep_out()
   try:
     return _run(args)
-  except (UserError, ValueError) as e:  # ValueError: a ConversionError,
-    print(f'error: {shorten(str(e))}', file=sys.stderr)  # a DownloadError.
+  except (UserError, convert.ConversionError, download.DownloadError) as e:
+    print(f'error: {shorten(str(e))}', file=sys.stderr)
     return 1
+  except KeyboardInterrupt:
+    print('error: stopped; run the same command again for every image.',
+          file=sys.stderr)
+    return 130
 
 
 def _run(args) -> int:
