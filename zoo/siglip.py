@@ -7,6 +7,8 @@ normalized embeddings meet in sigmoid logits.
     out.image_embeddings  # (images, width), unit norm
     out.text_embeddings   # (texts, width), unit norm
     model.apply(variables, images, method='embed_images')  # one tower only
+    model.apply(variables, image_embeddings, text_embeddings,
+                method='logits')   # texts embedded once, many images
 
 logits[i, j] = exp(logit_scale) * cos(image i, text j) + logit_bias, as
 transformers' SiglipModel computes `logits_per_image` (its
@@ -77,11 +79,24 @@ class SigLIP(nn.Module):
     length); `mask` as the text tower's."""
     return normalize(self.text(tokens, train=train, mask=mask))
 
+  def logits(self, image_embeddings, text_embeddings):
+    """(images, texts) logits of unit-norm embeddings (images, width) and
+    (texts, width): e.g. of texts embedded once, for many images."""
+    return ((image_embeddings @ text_embeddings.T) *
+            jnp.exp(self.logit_scale) + self.logit_bias)
+
   def __call__(self, images, tokens, mask=None, train: bool = False):
     image = self.embed_images(images, train)
     text = self.embed_texts(tokens, mask, train)
-    logits = (image @ text.T) * jnp.exp(self.logit_scale) + self.logit_bias
-    return Outputs(image, text, logits)
+    return Outputs(image, text, self.logits(image, text))
+
+
+def ensemble(text_embeddings):
+  """(classes, prompts, width) unit-norm text embeddings to one (classes,
+  width) per class: their mean, normalized again, as CLIP's and big_vision's
+  zero-shot classifiers average a class's prompts ('a photo of a {}.', 'a
+  {}.', ...)."""
+  return normalize(jnp.mean(text_embeddings, axis=1))
 
 
 def create(image: str = 'siglip_b16', text: str | None = None,

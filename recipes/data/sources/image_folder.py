@@ -11,6 +11,8 @@ Images are the JPEG and PNG files anywhere under a class folder (following
 links); other files are counted and left alone. Labels are the sorted class
 names, over every split; each split lists its images sorted by class, then
 path, so every machine sees the same examples in the same order.
+A folder of images without sub-folders is images to label (`unlabeled`),
+as zero-shot classification reads them; training needs classes.
 """
 
 import concurrent.futures
@@ -129,6 +131,35 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
     logging.info('Ignored %d files under %s that are not JPEG or PNG (e.g. '
                  '%s).', len(root.ignored), path, root.ignored[0])
   return EncodedSource(f'the folder {path}', class_names, splits)
+
+
+def unlabeled(path: str) -> ImageFiles | None:
+  """The images right in the folder `path` when it has no sub-folders: images
+  to label, of no class (e.g. for zero-shot classification).
+
+  Args:
+    path: the folder, local or a URL.
+
+  Returns:
+    Its images, sorted, each labeled -1; None where `path` has sub-folders
+    (class or split folders, which `open` reads).
+
+  Raises:
+    UserError: `path` is not a folder, or holds neither images nor folders.
+  """
+  if '://' not in path:
+    path = os.path.expanduser(path)
+  root = _Folder(path)
+  if not root.is_dir(path):
+    raise UserError(f'image folder {path} does not exist (or is not a '
+                    'folder).')
+  folders, images = root.entries(path)
+  if folders:
+    return None
+  if not images:
+    raise UserError(f'image folder {path} holds no JPEG or PNG images (nor '
+                    'class folders of them).')
+  return ImageFiles(tuple(images), np.full(len(images), -1, np.int64), path)
 
 
 def _classes(root: '_Folder', split_folder: str) -> dict[str, list[str]]:

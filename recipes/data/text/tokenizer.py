@@ -9,10 +9,12 @@ of `tokenizers.Tokenizer.encode(text, add_special_tokens=False)`, of
 transformers' `tokenizer(text, add_special_tokens=False)` loading the same
 file, and of `SentencePieceProcessor.encode(text)`.
 
-Which tokens are BOS, EOS and padding: tokenizer.json does not say (models
-name them in tokenizer_config.json beside it, which is read when present),
-so without that file the usual names are looked up ('</s>',
-'<|endoftext|>', ...). A SentencePiece model records its own ids.
+Which tokens are BOS, EOS and padding: models name them in
+tokenizer_config.json beside the tokenizer, which is read when present. A
+tokenizer.json does not say, so without that file the usual names are
+looked up ('</s>', '<|endoftext|>', ...); a SentencePiece model records its
+own ids, which the config overrides where it names others (SigLIP pads with
+'</s>', not its model's '<pad>').
 
 Both libraries are the `text` extra (`pip install 'jax-model-zoo[text]'`),
 imported only when a tokenizer of their kind is loaded.
@@ -152,12 +154,20 @@ def _sentencepiece(path: str) -> Tokenizer:
   except Exception as e:  # pylint: disable=broad-except
     raise _damaged(path, e) from None
 
-  def special(i: int) -> int | None:
+  names = _configured_names(os.path.dirname(path))
+
+  def special(key: str, i: int) -> int | None:
+    if key in names:  # Named by the model, or null: it has none.
+      name = names[key]
+      i = processor.PieceToId(name) if name is not None else -1
+      if name is not None and processor.IdToPiece(i) != name:
+        i = -1  # PieceToId gives the unknown token's id for any other.
     return i if i >= 0 else None  # -1: the model has no such token.
 
   return Tokenizer(path, 'sentencepiece', processor.GetPieceSize(),
-                   special(processor.bos_id()), special(processor.eos_id()),
-                   special(processor.pad_id()),
+                   special('bos_token', processor.bos_id()),
+                   special('eos_token', processor.eos_id()),
+                   special('pad_token', processor.pad_id()),
                    lambda texts: processor.Encode(list(texts)),
                    processor.Decode)
 

@@ -71,3 +71,26 @@ def test_create_pairs_each_image_tower_with_its_text_tower():
     assert model.text.vocab_size == 32000
   assert siglip.create('siglip_b16', 'siglip2_b16_text').text.vocab_size == (
       256000)
+
+
+def test_logits_of_embeddings_and_ensembled_prompts():
+  images = jax.random.normal(jax.random.PRNGKey(0), (2, 32, 32, 3))
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (6, 16), 0, 97)
+  model = _tiny()
+  variables = jax.jit(model.init)(jax.random.PRNGKey(2), images, tokens)
+  out = jax.jit(model.apply)(variables, images, tokens)
+  logits = jax.jit(lambda v, i, t: model.apply(v, i, t, method='logits'))
+  # Texts embedded once, then matched: the same logits.
+  np.testing.assert_allclose(
+      logits(variables, out.image_embeddings, out.text_embeddings),
+      out.logits, rtol=1e-6, atol=1e-6)
+  # One prompt per class: its own embedding.
+  text = out.text_embeddings
+  np.testing.assert_allclose(siglip.ensemble(text[:, None]), text,
+                             rtol=1e-6, atol=1e-6)
+  # Three classes of two prompts: the normalized mean of each pair.
+  pairs = siglip.ensemble(text.reshape(3, 2, -1))
+  mean = (text[0::2] + text[1::2]) / 2
+  np.testing.assert_allclose(
+      pairs, mean / np.linalg.norm(mean, axis=-1, keepdims=True), rtol=1e-5,
+      atol=1e-6)

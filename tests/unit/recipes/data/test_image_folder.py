@@ -328,3 +328,22 @@ def test_a_home_relative_folder_is_found(tmp_path, monkeypatch):
   monkeypatch.setenv('HOME', str(tmp_path))
   write_png_folder(str(tmp_path / 'pets'), {'train': (_images(2), [0, 1])})
   assert len(image_folder.open('~/pets').splits['train']) == 2
+
+
+def test_a_flat_folder_is_unlabeled_images(tmp_path):
+  for name in ('b.png', 'a.PNG', 'notes.txt', '.hidden.png'):
+    Image.fromarray(_images(1)[0, ..., 0]).save(tmp_path / name, 'PNG')
+  files = image_folder.unlabeled(str(tmp_path))
+  assert [os.path.basename(f) for f in files.files] == ['a.PNG', 'b.png']
+  assert files.labels.tolist() == [-1, -1]
+  assert files.read([1])[0][0] == (tmp_path / 'b.png').read_bytes()
+  # Sub-folders are open's layouts.
+  write_png_folder(str(tmp_path / 'classes'), {'train': (_images(2), [0, 1])})
+  assert image_folder.unlabeled(str(tmp_path / 'classes' / 'train')) is None
+  with pytest.raises(UserError) as e:
+    image_folder.unlabeled(str(tmp_path / 'nowhere'))
+  _one_line(e, 'nowhere', 'does not exist')
+  os.makedirs(tmp_path / 'empty')
+  with pytest.raises(UserError) as e:
+    image_folder.unlabeled(str(tmp_path / 'empty'))
+  _one_line(e, 'empty', 'no JPEG or PNG')

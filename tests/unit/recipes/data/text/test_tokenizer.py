@@ -125,6 +125,17 @@ def test_sentencepiece_gives_the_ids_of_sentencepiece(tmp_path, model_type):
   assert (ours.bos_id, ours.eos_id, ours.pad_id) == (1, 2, 3)
 
 
+def test_a_config_names_a_sentencepiece_models_special_tokens(tmp_path):
+  # SigLIP's folders: the model's own padding is '<pad>', the config's
+  # '</s>' (what SigLIP was trained padding with).
+  path = _sentencepiece_model(tmp_path)
+  with open(tmp_path / 'tokenizer_config.json', 'w') as f:
+    json.dump({'pad_token': '</s>', 'bos_token': None,
+               'eos_token': {'content': 'no such piece'}}, f)
+  ours = tokenizer_lib.load(path)
+  assert (ours.bos_id, ours.eos_id, ours.pad_id) == (None, None, 2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('model_type', ['unigram', 'bpe'])
 def test_sentencepiece_gives_the_ids_of_transformers(tmp_path, model_type):
