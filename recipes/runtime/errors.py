@@ -1,6 +1,8 @@
 """The one exception type for mistakes a user can fix, a check that several
 commands share, and a library's error told in one line."""
 
+import re
+
 
 class UserError(Exception):
   """Bad input (config, data, flags): printed as one line, without traceback.
@@ -73,6 +75,10 @@ def root_cause(error: BaseException) -> BaseException:
   return error
 
 
+_TENSORSTORE_NOTES = re.compile(
+    r" ?\[(tensorstore_spec|source locations|os_error_code)='[^']*'\]")
+
+
 def describe(error: BaseException) -> str:
   """The error in one line; of a long message the end, where storage
   errors name their cause (e.g. 'No space left on device').
@@ -84,7 +90,9 @@ def describe(error: BaseException) -> str:
     'TypeName: message', whitespace collapsed; a message over 240
     characters is cut to '...' and its last 200.
   """
-  text = ' '.join(str(error).split())
+  # TensorStore (under orbax) ends its messages, after the reason, with
+  # notes for its own developers: the whole spec as JSON, source lines.
+  text = _TENSORSTORE_NOTES.sub('', ' '.join(str(error).split()))
   if len(text) > 240:
     text = '...' + text[-200:]
   return f'{type(error).__name__}: {text}'

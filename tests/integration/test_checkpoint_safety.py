@@ -215,7 +215,7 @@ def _assert_stopped_at_once_in_one_line(result, took, reason):
     assert noise not in result.stderr, result.stderr[-3000:]
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith('error: saving the checkpoint of step 20 in ')
-  assert reason in last and 'the last complete one is of step 10' in last
+  assert reason in last and 'the last complete one is of step 10' in last, last
 
 
 @pytest.mark.slow
