@@ -87,7 +87,8 @@ def _as_in_tf_data(function: Callable, signature) -> Callable:
   options = tf.data.Options()
   options.threading.max_intra_op_parallelism = 1
 
-  @tf.function(input_signature=signature)
+  # Without autograph, as the pipelines' map functions (in_memory.py).
+  @tf.function(input_signature=signature, autograph=False)
   def in_tf_data(encoded, seeds):
     return tf.data.Dataset.from_tensors((encoded, seeds)).with_options(
         options).map(function).get_single_element()

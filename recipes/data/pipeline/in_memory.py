@@ -122,11 +122,16 @@ def train_batches(split: Batch, *, batch_size: int, seed: int,
   images, labels = tf.constant(split['image']), tf.constant(split['label'])
   seed = tf.constant(seed, tf.int64)
 
+  # The map functions here and in streaming.py are traced as they are, not
+  # through autograph: their Python branches test settings, never tensors,
+  # and converting them cost seconds each time a pipeline was built.
+  @tf.autograph.experimental.do_not_convert
   def epoch_indices(epoch):
     order = epoch_order(n, seed, epoch)[:per_epoch * batch_size]
     order = tf.reshape(order, [per_epoch, batch_size])[:, start:stop]
     return tf.data.Dataset.from_tensor_slices(order)
 
+  @tf.autograph.experimental.do_not_convert
   def batch(step, indices):
     image = tf.gather(images, indices)
     if preprocessing.is_random:
@@ -167,6 +172,7 @@ def eval_batches(split: Batch, *, batch_size: int,
   start, stop = process_slice(batch_size)
   images, labels = tf.constant(split['image']), tf.constant(split['label'])
 
+  @tf.autograph.experimental.do_not_convert
   def batch(step):
     positions = step * batch_size + tf.range(start, stop, dtype=tf.int64)
     indices = tf.minimum(positions, n - 1)

@@ -88,6 +88,7 @@ class StreamingDataset:
     offset = jax.process_index() << 40
     prep = self.preprocessing
 
+    @tf.autograph.experimental.do_not_convert
     def example(index, ex):
       label = tf.cast(ex['label'], tf.int32)
       if not prep.is_random:
@@ -95,6 +96,7 @@ class StreamingDataset:
       seed_pair = tf.stack([tf.constant(seed, tf.int64), offset + index])
       return {**prep.augment_example(ex['image'], seed_pair), 'label': label}
 
+    @tf.autograph.experimental.do_not_convert
     def finish(batch):  # The rest of the augmentation, on the whole batch.
       return {'image': prep.finish(batch['pixels'], batch.get('draws')),
               'label': batch['label']}
@@ -117,6 +119,7 @@ class StreamingDataset:
     local = batch_size // jax.process_count()
     steps = in_memory.num_eval_steps(self.eval_sizes[split], batch_size)
 
+    @tf.autograph.experimental.do_not_convert
     def example(ex):
       return {'image': self.preprocessing.eval(ex['image']),
               'label': tf.cast(ex['label'], tf.int32),
