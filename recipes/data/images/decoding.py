@@ -154,10 +154,12 @@ def decode_all(examples: Examples, channels: int) -> dict[str, np.ndarray]:
     UserError: a damaged image, or images of different sizes (naming one).
   """
   images, labels, shape = [], [], None
+  decode = tf.autograph.experimental.do_not_convert(  # As in in_memory.py.
+      lambda e: image_codec.decode(e, channels))
   for indices, encoded, chunk_labels in _chunks(examples):
     ds = tf.data.Dataset.from_tensor_slices(tf.constant(encoded, tf.string))
     try:  # One batch: iterating image by image cost more than decoding.
-      decoded = list(ds.map(lambda e: image_codec.decode(e, channels),
+      decoded = list(ds.map(decode,
                             num_parallel_calls=tf.data.AUTOTUNE,
                             deterministic=True).batch(len(encoded))
                      .get_single_element().numpy())
