@@ -25,6 +25,9 @@ from tests.hub_server import serve_resnet18
 from zoo import convert
 from zoo.convert.transfer import target_shapes
 
+# ResNet-18 at 28x28 for a step: compiling dominates (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures('fast_compiles')
+
 
 def _export(capsys, *argv):
   code = command.main(list(argv))

@@ -13,6 +13,9 @@ from recipes import checkpoint, loop
 from recipes.runtime.errors import UserError
 from tests.helpers import saved_params, tiny_config
 
+# Tiny models for a few steps: compiling dominates (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures('fast_compiles')
+
 
 def _run(data_dir, workdir, num_steps, strategy='pmap', model='cnn',
          **overrides):

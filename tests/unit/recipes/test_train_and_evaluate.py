@@ -15,6 +15,9 @@ from recipes.data.sources import tfds_source
 from recipes.parallel.pmap import PmapStrategy
 from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
 
+# Tiny models for a few steps: compiling dominates (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures('fast_compiles')
+
 TAGS = {'train/loss', 'train/accuracy', 'train/grad_norm',
         'train/learning_rate',
         'train/steps_per_sec', 'eval/loss', 'eval/accuracy'}

@@ -23,6 +23,9 @@ from tests.convert_helpers import torchvision_resnet18_state_dict
 from tests.hub_server import HubServer
 from zoo import convert, download, pretrained, weights
 
+# Small models for a forward pass: compiling dominates (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures('fast_compiles')
+
 FILE = 'timm/resnet18.tv_in1k/model.safetensors'
 IMAGES = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(
     np.float32)
