@@ -129,8 +129,10 @@ def _package_dirs(*names: str) -> tuple[str, ...]:
 class LibraryNoise(logging.Filter):
   """Drops JAX's, orbax's, optax's, fsspec's, gcsfs's and CLU platform's
   log records below WARNING, and the storage libraries' errors that carry a
-  traceback (orbax's failed saves, gcsfs's requests out of retries): the
-  recipe reports the failure itself, in one line."""
+  traceback (orbax's failed saves, gcsfs's requests out of retries, and
+  asyncio's "Future exception was never retrieved" of the writes that failed
+  beside the one reported): the recipe reports the failure itself, in one
+  line."""
 
   def __init__(self):
     super().__init__()
@@ -138,13 +140,23 @@ class LibraryNoise(logging.Filter):
     self._sources = _package_dirs('jax', 'orbax', 'optax', 'fsspec', 'gcsfs',
                                   'clu.platform')
     self._storage = _package_dirs('orbax', 'fsspec', 'gcsfs')
+    self._asyncio = _package_dirs('asyncio')
 
   def filter(self, record):
+    if record.exc_info and record.pathname.startswith(self._asyncio):
+      return not self._raised_in_storage(record.exc_info[2])
     if not record.pathname.startswith(self._sources):
       return True
     if record.exc_info and record.pathname.startswith(self._storage):
       return False
     return record.levelno >= logging.WARNING
+
+  def _raised_in_storage(self, trace) -> bool:
+    while trace is not None:
+      if trace.tb_frame.f_code.co_filename.startswith(self._storage):
+        return True
+      trace = trace.tb_next
+    return False
 
 
 def keep_out(*handlers: logging.Handler):
