@@ -182,6 +182,7 @@ def test_predictions_are_siglips_argmax_and_accuracy_is_counted(
   assert 'images/s' in lines[-1]
 
 
+@pytest.mark.slow  # Another folder and batch shape: compiles again.
 def test_a_flat_folder_is_labeled_into_a_csv(siglip_folder, tmp_path,
                                              capsys):
   weights, variables = siglip_folder
@@ -212,6 +213,7 @@ def test_a_flat_folder_is_labeled_into_a_csv(siglip_folder, tmp_path,
                          for i in np.argsort(-logits)]
 
 
+@pytest.mark.slow  # A local Hub server and a download.
 def test_a_hub_repository_is_downloaded_once(siglip_folder, class_folder,
                                              tmp_path, monkeypatch, capsys):
   from tests.hub_server import HubServer  # pylint: disable=g-import-not-at-top
