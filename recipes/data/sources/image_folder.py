@@ -102,12 +102,8 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
       without images, a class without training images, an unreadable entry
       or a link loop.
   """
-  if '://' not in path:
-    path = os.path.expanduser(path)
-  root = _Folder(path)
-  if not root.is_dir(path):
-    raise UserError(f'dataset folder {path} does not exist (or is not a '
-                    'folder); check --config.dataset=folder:PATH.')
+  path, root = _existing(path, 'dataset folder', '; check '
+                         '--config.dataset=folder:PATH')
   folders, _ = root.entries(path)
   if not folders:
     raise UserError(f'the folder {path} has no class folders; put the images '
@@ -133,6 +129,18 @@ def open(path: str) -> EncodedSource:  # pylint: disable=redefined-builtin
   return EncodedSource(f'the folder {path}', class_names, splits)
 
 
+def _existing(path: str, what: str, hint: str = '') -> tuple[str, '_Folder']:
+  """(`path`, ~ expanded where local; its _Folder); a UserError naming it as
+  `what`, then `hint`, where it is not a folder."""
+  if '://' not in path:
+    path = os.path.expanduser(path)
+  root = _Folder(path)
+  if not root.is_dir(path):
+    raise UserError(f'{what} {path} does not exist (or is not a folder)'
+                    f'{hint}.')
+  return path, root
+
+
 def unlabeled(path: str) -> ImageFiles | None:
   """The images right in the folder `path` when it has no sub-folders: images
   to label, of no class (e.g. for zero-shot classification).
@@ -147,12 +155,7 @@ def unlabeled(path: str) -> ImageFiles | None:
   Raises:
     UserError: `path` is not a folder, or holds neither images nor folders.
   """
-  if '://' not in path:
-    path = os.path.expanduser(path)
-  root = _Folder(path)
-  if not root.is_dir(path):
-    raise UserError(f'image folder {path} does not exist (or is not a '
-                    'folder).')
+  path, root = _existing(path, 'image folder')
   folders, images = root.entries(path)
   if folders:
     return None
