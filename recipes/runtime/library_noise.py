@@ -33,6 +33,7 @@ import os
 import re
 import sys
 import tempfile
+import traceback
 
 import jax
 import jax.extend
@@ -152,11 +153,8 @@ class LibraryNoise(logging.Filter):
     return record.levelno >= logging.WARNING
 
   def _raised_in_storage(self, trace) -> bool:
-    while trace is not None:
-      if trace.tb_frame.f_code.co_filename.startswith(self._storage):
-        return True
-      trace = trace.tb_next
-    return False
+    return any(frame.f_code.co_filename.startswith(self._storage)
+               for frame, _ in traceback.walk_tb(trace))
 
 
 def keep_out(*handlers: logging.Handler):
