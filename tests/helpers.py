@@ -89,6 +89,7 @@ def sigkill_prepare_after(command: list[str], dst, shards: int,
     process.kill()
     process.wait(timeout)
 
+
 def prepare_in_process(*args) -> tuple[int, str, str]:
   """(exit status, stdout, stderr) of recipes.data.prepare's `main` run in
   this process, without its one-second wait for a rival prepare (none runs
