@@ -243,8 +243,16 @@ for i in range(state['workers']) if worker == 'all' else [int(worker)]:
               exist_ok=True)
   open(os.path.join(home, 'jax-model-zoo', '.venv', 'bin', 'activate'),
        'a').close()
-  status = subprocess.run(['bash', '-c', command],
-                          env={**os.environ, 'HOME': home}).returncode or status
+  # Each worker answers to a name of its own, as TPU VMs do: their runs copy
+  # their logs to WORKDIR/logs/run-HOSTNAME.log side by side.
+  bin_dir = os.path.join(home, 'bin')
+  os.makedirs(bin_dir, exist_ok=True)
+  with open(os.path.join(bin_dir, 'hostname'), 'w') as f:
+    f.write(f'#!/bin/sh\necho {words[4]}-w{i}\n')
+  os.chmod(os.path.join(bin_dir, 'hostname'), 0o755)
+  env = {**os.environ, 'HOME': home,
+         'PATH': bin_dir + os.pathsep + os.environ['PATH']}
+  status = subprocess.run(['bash', '-c', command], env=env).returncode or status
 sys.exit(status)
 '''
 
@@ -452,10 +460,11 @@ def test_a_detached_run_goes_on_and_status_logs_attach_follow_it(fake,
       'finished, exit status 0'] * 2
   logs = fake.pod('logs').stdout.splitlines()
   assert [l.split(': ', 1)[1] for l in logs] == ['step one', 'step two'] * 2
-  # The log, copied into the workdir at the end.
-  [copied] = (workdir / 'logs').iterdir()
-  assert copied.name.startswith('run-')
-  assert copied.read_text().splitlines() == ['step one', 'step two']
+  # Each worker's log, copied into the workdir at the end under its name.
+  copied = sorted((workdir / 'logs').iterdir())
+  assert [path.name for path in copied] == ['run-zoo-w0.log', 'run-zoo-w1.log']
+  for path in copied:
+    assert path.read_text().splitlines() == ['step one', 'step two']
 
 
 def test_ctrl_c_leaves_an_attached_run_going(fake):
