@@ -64,8 +64,9 @@ def model_of(src: str) -> tuple[str, dict]:
       converted directory.
 
   Returns:
-    The model's name and arguments, num_classes included (a run's config
-    does not hold it: it is read off the checkpoint's head).
+    The model's name and arguments, num_classes included for an image
+    model (a run's config does not hold it: it is read off the checkpoint's
+    head).
 
   Raises:
     UserError: no config.json or model.json at `src` or above it, or no
@@ -77,10 +78,19 @@ def model_of(src: str) -> tuple[str, dict]:
       return _model_record(directory / MODEL_FILE)
     if (directory / 'config.json').is_file():
       name, kwargs = _model_record(directory / 'config.json')
+      if _is_text(name):  # Its outputs are its vocabulary.
+        return name, kwargs
       return name, {**kwargs, 'num_classes': _num_classes(src, name, kwargs)}
   raise UserError(f'{src} is not a workdir, a checkpoint of one, or a '
                   f'directory python -m recipes.convert wrote (no '
                   f'config.json or {MODEL_FILE} there or above).')
+
+
+def _is_text(name: str) -> bool:
+  try:
+    return registry.spec(name).modality == 'text'
+  except ValueError:  # Not a zoo model: said where it is made.
+    return False
 
 
 def _model_record(file) -> tuple[str, dict]:
