@@ -338,7 +338,8 @@ def _generate(model, variables, prompts, tokenizer, sampling, args):
           f'in {seconds:.2f} s, {made / seconds:,.1f} tokens/s{note}',
           file=sys.stderr)
   seconds = time.monotonic() - began
-  print(f'generated {total:,} tokens for {len(prompts):,} prompts in '
+  print(f'generated {total:,} tokens for {len(prompts):,} '
+        f'prompt{"s" if len(prompts) > 1 else ""} in '
         f'{seconds:.2f} s, {total / seconds:,.1f} tokens/s', file=sys.stderr)
   return texts
 
