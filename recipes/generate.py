@@ -48,6 +48,7 @@ from flax import traverse_util
 
 from recipes import export
 from recipes.checkpoint import resume
+from recipes.checkpoint.converted import MODEL_FILE
 from recipes.data.text import tokenizer as tokenizer_lib
 from recipes.runtime import library_noise
 from recipes.runtime.errors import UserError, shorten
@@ -224,6 +225,18 @@ def load(weights: str, name: str | None, dtype=jnp.float32):
              if os.path.isfile(os.path.join(path, f))]
     if files:
       return (*_transformers(files[0], name, dtype), path)
+    if os.path.isfile(os.path.join(path, 'model.safetensors.index.json')):
+      raise UserError(f'the folder {path} holds a transformers model in '
+                      'several files (model.safetensors.index.json), which '
+                      'is not read yet; give a model saved in one '
+                      'model.safetensors.')
+    if not any(os.path.isfile(os.path.join(path, *up, record))
+               for up in ((), ('..',), ('..', '..'))
+               for record in ('config.json', MODEL_FILE)):
+      raise UserError(f'the folder {path} holds none of {", ".join(_WEIGHTS)}'
+                      " (a transformers model), nor is it a zoo checkpoint "
+                      '(a workdir, one of its checkpoints, or a directory '
+                      'python -m recipes.convert wrote).')
     return (*_checkpoint(path, name, dtype), None)
   if os.path.isfile(path):
     return (*_transformers(path, name, dtype),

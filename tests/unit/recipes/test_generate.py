@@ -134,6 +134,7 @@ def test_sampling_repeats_with_its_seed(model_folder, capsys):
     ('empty prompt', 'prompt 2 is empty'),
     ('no prompts file', 'there is no prompts file'),
     ('no weights', 'there is no'),
+    ('empty folder', 'holds none of model.safetensors, pytorch_model.bin'),
 ])
 def test_bad_input_is_one_line_and_status_1(model_folder, tmp_path, capsys,
                                             case, says):
@@ -174,6 +175,8 @@ def test_bad_input_is_one_line_and_status_1(model_folder, tmp_path, capsys,
     argv.append(f'--prompts={tmp_path / "missing.txt"}')
   elif case == 'no weights':
     argv[0] = f'--weights={tmp_path / "nothing"}'
+  elif case == 'empty folder':
+    argv[0] = f'--weights={tmp_path}'
   status, out, err = _run(capsys, *argv)
   assert status == 1
   assert not out
