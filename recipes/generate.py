@@ -270,7 +270,7 @@ def _transformers(file: str, name: str | None, dtype):
 def _checkpoint(path: str, name: str | None, dtype):
   """A zoo decoder and its parameters from a run's or a conversion's
   checkpoint at `path`."""
-  saved, kwargs = export.model_of(path)
+  saved, kwargs = export.model_of(path, num_classes=False)
   if name and name != saved:
     raise UserError(f'{path} holds a {saved}, not a {name}; leave --model '
                     'out.')

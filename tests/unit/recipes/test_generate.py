@@ -127,6 +127,7 @@ def test_sampling_repeats_with_its_seed(model_folder, capsys):
     ('top_p above 1', '--top_p=1.5 must be more than 0 and at most 1'),
     ('top_k negative', '--top_k=-1 must be 0 (all tokens) or more'),
     ('vision model', 'resnet18 ('),
+    ('vision workdir', 'cnn ('),
     ('not a language model', 'holds no transformers language model'),
     ('no tokenizer', 'holds none of tokenizer.json'),
     ('checkpoint without tokenizer', 'holds no tokenizer; give the model'),
@@ -153,6 +154,10 @@ def test_bad_input_is_one_line_and_status_1(model_folder, tmp_path, capsys,
     argv.append('--top_k=-1')
   elif case == 'vision model':
     argv[1] = '--model=resnet18'
+  elif case == 'vision workdir':
+    (tmp_path / 'config.json').write_text(json.dumps(
+        {'model': 'cnn', 'model_kwargs': {}}))
+    argv[:2] = [f'--weights={tmp_path}']
   elif case == 'not a language model':
     safetensors.numpy.save_file({'conv1.weight': np.zeros((2, 3), np.float32)},
                                 str(tmp_path / 'model.safetensors'))
