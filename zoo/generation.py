@@ -14,7 +14,7 @@ positions), then each step feeds every row's last token and picks the next
 from its logits, each row at its own position. The whole generation is one
 `jax.jit` program (the steps in a `lax.while_loop`, which ends once every
 row has ended), compiled once per batch size, width, max_new_tokens and
-sampling.
+sampling (not per EOS or padding token: those are traced).
 
 Picking the next token follows transformers' `generate`: the logits
 (float32) divided by the temperature, then top-k, then top-p (nucleus)
@@ -86,7 +86,7 @@ def next_token(logits, sampling: Sampling, rng):
 
 
 @functools.partial(jax.jit, static_argnames=('model', 'max_new_tokens',
-                                             'sampling', 'eos_id', 'pad_id'))
+                                             'sampling'))
 def generate(model, variables, tokens, lengths, *, max_new_tokens: int,
              sampling: Sampling = Sampling(), eos_id: int | None = None,
              pad_id: int = 0, rng=None):
