@@ -1,6 +1,7 @@
 """python -m recipes.generate in process: a transformers folder (written
-here through the zoo's own export to transformers' names) and a run's
-workdir give the same greedy continuations, those of full forward passes;
+here through the zoo's own export to transformers' names), a run's
+workdir and a converted directory give the same greedy continuations,
+those of full forward passes;
 sampling repeats with its seed; every mistake is one line and status 1.
 (The command as a process: tests/integration/test_generate_command.py.)"""
 
@@ -15,7 +16,8 @@ import safetensors.numpy
 
 import zoo
 from recipes import generate
-from recipes.checkpoint import store
+from recipes.checkpoint import converted, store
+from zoo import convert as zoo_convert
 from zoo.convert import export, transformers_decoder
 
 tokenizers = pytest.importorskip('tokenizers')
@@ -100,6 +102,15 @@ def test_a_folder_and_a_workdir_continue_prompts_greedily(model_folder,
       {'model': 'gpt2', 'model_kwargs': KWARGS}))
   status, again, err = _run(capsys, f'--weights={workdir}',
                             f'--tokenizer={folder}', *argv[1:])
+  assert status == 0, err
+  assert again == out
+  # And as python -m recipes.convert writes them (model.json).
+  file = str(folder / 'model.safetensors')
+  converted_dir = tmp_path / 'converted'
+  converted.save(zoo_convert.load(file, 'transformers', 'gpt2'),
+                 converted_dir, file)
+  status, again, err = _run(capsys, f'--weights={converted_dir}',
+                            f'--tokenizer={folder}', *argv)
   assert status == 0, err
   assert again == out
 
