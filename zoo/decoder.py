@@ -337,17 +337,17 @@ class Decoder(nn.Module):
                        (self.vocab_size, self.hidden_size), self.param_dtype)
     x = jnp.take(table, tokens, axis=0).astype(self.dtype)
     # (length,); cached: (batch, length), each row from its index on.
-    positions = jnp.arange(length) + (0 if cache is None else
-                                      cache['index'][:, None])
+    position_ids = jnp.arange(length) + (0 if cache is None else
+                                         cache['index'][:, None])
     rope = None
     if self.positions == 'learned':
-      learned = self.param('position_embedding',
-                           named(_INIT, ('seq', 'embed')),
-                           (self.max_length, self.hidden_size),
-                           self.param_dtype)
-      x = x + jnp.take(learned, positions, axis=0).astype(self.dtype)
+      positions = self.param('position_embedding',
+                             named(_INIT, ('seq', 'embed')),
+                             (self.max_length, self.hidden_size),
+                             self.param_dtype)
+      x = x + jnp.take(positions, position_ids, axis=0).astype(self.dtype)
     else:
-      angles = (positions[..., None].astype(jnp.float32) *
+      angles = (position_ids[..., None].astype(jnp.float32) *
                 rope_frequencies(head_dim, self.rope_theta,
                                  self.rope_scaling))
       angles = jnp.concatenate([angles, angles], axis=-1)
@@ -355,21 +355,19 @@ class Decoder(nn.Module):
     x = nn.with_logical_constraint(x, TOKENS)
     x = nn.Dropout(self.dropout_rate)(x, not train)
     block_cls = nn.remat(DecoderBlock) if self.remat else DecoderBlock
-    real_mask = mask
+    real_mask, cached = mask, []
     if cache is not None:  # Each token sees the cache up to itself.
       mask = (jnp.arange(cache['layers'][0]['key'].shape[1])[None, None] <=
-              positions[:, :, None])
-      cached = []
+              position_ids[:, :, None])
     for i in range(self.num_layers):
-      block = block_cls(self.num_heads, num_kv_heads, head_dim, self.mlp_dim,
-                        self.norm, self.norm_epsilon, self.mlp, self.bias,
-                        self.qkv_bias, self.dropout_rate, self.attention_impl,
-                        deterministic=not train, name=f'block{i}', **layer)
-      if cache is None:
-        x = block(x, rope, mask)
-      else:
-        x, layer_cache = block(x, rope, mask, dict(cache['layers'][i],
-                                                   index=cache['index']))
+      x = block_cls(self.num_heads, num_kv_heads, head_dim, self.mlp_dim,
+                    self.norm, self.norm_epsilon, self.mlp, self.bias,
+                    self.qkv_bias, self.dropout_rate, self.attention_impl,
+                    deterministic=not train, name=f'block{i}',
+                    **layer)(x, rope, mask, None if cache is None else dict(
+                        cache['layers'][i], index=cache['index']))
+      if cache is not None:
+        x, layer_cache = x
         cached.append(layer_cache)
     norm = layers.layer_norm if self.norm == 'layer' else layers.rms_norm
     x = norm(epsilon=self.norm_epsilon, name='final_norm', **layer)(x)
