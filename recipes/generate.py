@@ -323,6 +323,7 @@ def _generate(model, variables, prompts, tokenizer, sampling, args):
   stderr."""
   width = max(map(len, prompts))
   rows = min(args.batch_size, len(prompts))
+  variables = jax.device_put(variables)  # Once, not at every batch.
   rng = jax.random.key(args.seed)
   texts, total, began = [], 0, time.monotonic()
   for first in range(0, len(prompts), rows):
