@@ -56,16 +56,19 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def model_of(src: str) -> tuple[str, dict]:
+def model_of(src: str, num_classes: bool = True) -> tuple[str, dict]:
   """(zoo name, `zoo.create` arguments) of the model saved at `src`.
 
   Args:
     src: a workdir, a checkpoints directory or one step of it, or a
       converted directory.
+    num_classes: read an image model's classes off its checkpoint; False:
+      the arguments as recorded.
 
   Returns:
-    The model's name and arguments, num_classes included (a run's config
-    does not hold it: it is read off the checkpoint's head).
+    The model's name and arguments, num_classes included for an image
+    model (a run's config does not hold it: it is read off the checkpoint's
+    head).
 
   Raises:
     UserError: no config.json or model.json at `src` or above it, or no
@@ -77,10 +80,19 @@ def model_of(src: str) -> tuple[str, dict]:
       return _model_record(directory / MODEL_FILE)
     if (directory / 'config.json').is_file():
       name, kwargs = _model_record(directory / 'config.json')
+      if not num_classes or _is_text(name):  # A text model's: its vocabulary.
+        return name, kwargs
       return name, {**kwargs, 'num_classes': _num_classes(src, name, kwargs)}
   raise UserError(f'{src} is not a workdir, a checkpoint of one, or a '
                   f'directory python -m recipes.convert wrote (no '
                   f'config.json or {MODEL_FILE} there or above).')
+
+
+def _is_text(name: str) -> bool:
+  try:
+    return registry.spec(name).modality == 'text'
+  except ValueError:  # Not a zoo model: said where it is made.
+    return False
 
 
 def _model_record(file) -> tuple[str, dict]:

@@ -30,9 +30,11 @@ import math
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax.linen import initializers
+from jax import lax
 
 from zoo import layers
 from zoo.partitioning import TOKENS
@@ -85,7 +87,8 @@ def rotate(x, cos, sin):
 
   Args:
     x: queries or keys.
-    cos: (length, head_dim) cosines of the angles, each angle twice.
+    cos: (length, head_dim) cosines of the angles, each angle twice; or
+      (batch, length, head_dim), each row's own (cached decoding).
     sin: the sines, likewise.
 
   Returns:
@@ -94,7 +97,7 @@ def rotate(x, cos, sin):
   y = x.astype(jnp.float32)
   first, second = jnp.split(y, 2, axis=-1)
   turned = jnp.concatenate([-second, first], axis=-1)
-  cos, sin = cos[:, None], sin[:, None]  # Broadcast over heads.
+  cos, sin = cos[..., None, :], sin[..., None, :]  # Broadcast over heads.
   return (y * cos + turned * sin).astype(x.dtype)
 
 
@@ -114,7 +117,7 @@ class SelfAttention(nn.Module):
   causal: bool = True
 
   @nn.compact
-  def __call__(self, x, rope, mask):
+  def __call__(self, x, rope, mask, cache=None):
     embed = x.shape[-1]
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
 
@@ -135,20 +138,36 @@ class SelfAttention(nn.Module):
             for a in (k, v))
     if rope is not None:
       q, k = rotate(q, *rope), rotate(k, *rope)
-    if mask is not None:
+    causal = self.causal
+    if cache is not None:  # Decoding: see `Decoder.init_cache`.
+      k, v, cache = _cached(cache, k, v)
+      mask, causal = mask[:, None], False  # (batch, 1, length, cache).
+    elif mask is not None:
       # Spelled out over the queries: cuDNN refuses a mask broadcast along
       # them (measured on an H200), and XLA fuses the broadcast away.
       n, t = mask.shape
       mask = jnp.broadcast_to(mask[:, None, None, :].astype(bool),
                               (n, 1, t, t))
     y = dot_product_attention(q, k, v, self.attention_impl, mask=mask,
-                              is_causal=self.causal)
-    return nn.Einsum(
+                              is_causal=causal)
+    y = nn.Einsum(
         (self.num_heads, self.head_dim, embed), 'bthk,hkd->btd',
         use_bias=self.out_bias,
         kernel_init=named(_INIT, ('heads', 'kv', 'embed')),
         bias_init=named(initializers.zeros_init(), ('embed',)),
         name='out', **layer)(y)
+    return y if cache is None else (y, cache)
+
+
+def _cached(cache, k, v):
+  """(keys, values, the layer's cache) with `k` and `v` (batch, length,
+  kv_heads, head_dim) written into each row's cache at its 'index'."""
+  write = jax.vmap(lambda c, u, i: lax.dynamic_update_slice_in_dim(c, u, i, 0))
+  keys = write(cache['key'], k.astype(cache['key'].dtype), cache['index'])
+  values = write(cache['value'], v.astype(cache['value'].dtype),
+                 cache['index'])
+  return (keys.astype(k.dtype), values.astype(v.dtype),
+          {'key': keys, 'value': values})
 
 
 class DecoderBlock(nn.Module):
@@ -171,7 +190,7 @@ class DecoderBlock(nn.Module):
   deterministic: bool = True
 
   @nn.compact
-  def __call__(self, x, rope, mask):
+  def __call__(self, x, rope, mask, cache=None):
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     norm = functools.partial(
         layers.layer_norm if self.norm == 'layer' else layers.rms_norm,
@@ -181,10 +200,14 @@ class DecoderBlock(nn.Module):
       branch = nn.Dropout(self.dropout_rate)(branch, self.deterministic)
       return nn.with_logical_constraint(x + branch, TOKENS)
 
-    x = add(x, SelfAttention(
+    y = SelfAttention(
         self.num_heads, self.num_kv_heads, self.head_dim,
         self.bias or self.qkv_bias, self.bias, self.attention_impl,
-        name='attention', **layer)(norm(name='attention_norm')(x), rope, mask))
+        name='attention', **layer)(norm(name='attention_norm')(x), rope, mask,
+                                   cache)
+    if cache is not None:
+      y, cache = y
+    x = add(x, y)
     h = norm(name='mlp_norm')(x)
     dense = functools.partial(layers.dense, use_bias=self.bias,
                               kernel_init=_INIT, **layer)
@@ -194,7 +217,8 @@ class DecoderBlock(nn.Module):
     else:  # GPT-2's `gelu_new`: the tanh approximation.
       up = nn.gelu(up, approximate=True)
     up = nn.with_logical_constraint(up, ('batch', 'seq', 'mlp'))
-    return add(x, dense(x.shape[-1], ('mlp', 'embed'), name='down')(up))
+    x = add(x, dense(x.shape[-1], ('mlp', 'embed'), name='down')(up))
+    return x if cache is None else (x, cache)
 
 
 def _tokens(kwargs):
@@ -268,6 +292,14 @@ class Decoder(nn.Module):
     remat: recompute each block in the backward pass (less memory).
     logits_dtype: the head's dtype (e.g. jnp.float32 under bfloat16: a
       large vocabulary's logits in full precision); None: `dtype`.
+
+  Cached decoding (zoo/generation.py): with `cache=` (`init_cache`'s, then
+  the one returned) the call returns (logits, cache): each layer's keys and
+  values are written into the cache at each row's 'index', the tokens
+  attend to the cache up to themselves, and their positions continue from
+  the index. Padding is on the right: `mask` then only counts each row's
+  real tokens, by which its index moves on (a prompt's padding is
+  overwritten by the tokens that follow it).
   """
 
   vocab_size: int
@@ -295,7 +327,7 @@ class Decoder(nn.Module):
   param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens, train: bool = False, mask=None):
+  def __call__(self, tokens, train: bool = False, mask=None, cache=None):
     self._check(tokens)
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     num_kv_heads = self.num_kv_heads or self.num_heads
@@ -304,28 +336,39 @@ class Decoder(nn.Module):
     table = self.param('token_embedding', named(_INIT, ('vocab', 'embed')),
                        (self.vocab_size, self.hidden_size), self.param_dtype)
     x = jnp.take(table, tokens, axis=0).astype(self.dtype)
+    # (length,); cached: (batch, length), each row from its index on.
+    position_ids = jnp.arange(length) + (0 if cache is None else
+                                         cache['index'][:, None])
     rope = None
     if self.positions == 'learned':
       positions = self.param('position_embedding',
                              named(_INIT, ('seq', 'embed')),
                              (self.max_length, self.hidden_size),
                              self.param_dtype)
-      x = x + positions[:length].astype(self.dtype)
+      x = x + jnp.take(positions, position_ids, axis=0).astype(self.dtype)
     else:
-      angles = (jnp.arange(length, dtype=jnp.float32)[:, None] *
+      angles = (position_ids[..., None].astype(jnp.float32) *
                 rope_frequencies(head_dim, self.rope_theta,
-                                 self.rope_scaling)[None])
+                                 self.rope_scaling))
       angles = jnp.concatenate([angles, angles], axis=-1)
       rope = (jnp.cos(angles), jnp.sin(angles))
     x = nn.with_logical_constraint(x, TOKENS)
     x = nn.Dropout(self.dropout_rate)(x, not train)
     block_cls = nn.remat(DecoderBlock) if self.remat else DecoderBlock
+    real_mask, cached = mask, []
+    if cache is not None:  # Each token sees the cache up to itself.
+      mask = (jnp.arange(cache['layers'][0]['key'].shape[1])[None, None] <=
+              position_ids[:, :, None])
     for i in range(self.num_layers):
       x = block_cls(self.num_heads, num_kv_heads, head_dim, self.mlp_dim,
                     self.norm, self.norm_epsilon, self.mlp, self.bias,
                     self.qkv_bias, self.dropout_rate, self.attention_impl,
                     deterministic=not train, name=f'block{i}',
-                    **layer)(x, rope, mask)
+                    **layer)(x, rope, mask, None if cache is None else dict(
+                        cache['layers'][i], index=cache['index']))
+      if cache is not None:
+        x, layer_cache = x
+        cached.append(layer_cache)
     norm = layers.layer_norm if self.norm == 'layer' else layers.rms_norm
     x = norm(epsilon=self.norm_epsilon, name='final_norm', **layer)(x)
     head_dtype = self.logits_dtype or self.dtype
@@ -337,7 +380,25 @@ class Decoder(nn.Module):
                             use_bias=False, kernel_init=_INIT, name='head',
                             dtype=head_dtype,
                             param_dtype=self.param_dtype)(x)
-    return nn.with_logical_constraint(logits, ('batch', 'seq', 'vocab'))
+    logits = nn.with_logical_constraint(logits, ('batch', 'seq', 'vocab'))
+    if cache is None:
+      return logits
+    real = length if real_mask is None else real_mask.sum(-1, dtype=jnp.int32)
+    return logits, {'index': cache['index'] + real,
+                    'layers': cached}
+
+  def init_cache(self, batch_size: int, length: int, dtype: Any = None):
+    """An empty cache of `length` positions for `batch_size` rows (see
+    the class's notes): {'index': (batch,) int32 zeros, 'layers': a
+    {'key', 'value'} of (batch, length, kv heads, head_dim) zeros per
+    layer}, in `dtype` (default: the computation dtype)."""
+    heads = self.num_kv_heads or self.num_heads
+    shape = (batch_size, length, heads,
+             self.head_dim or self.hidden_size // self.num_heads)
+    zeros = functools.partial(jnp.zeros, shape, dtype or self.dtype)
+    return {'index': jnp.zeros((batch_size,), jnp.int32),
+            'layers': [{'key': zeros(), 'value': zeros()}
+                       for _ in range(self.num_layers)]}
 
   def _check(self, tokens):
     layers.check_choice('positions', self.positions, ('rope', 'learned'))
