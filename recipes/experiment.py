@@ -312,12 +312,12 @@ def tokens_per_step(config: ml_collections.ConfigDict, exp: Experiment
   return config.batch_size * shape[0] if len(shape) == 1 else None
 
 
-def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
-  """A language model trains on token sequences its vocabulary and
-  positions cover, and an image model on images.
+def check_data_kind(config: ml_collections.ConfigDict):
+  """A language model trains on token sequences, and an image model on
+  images (known from the names, before the data loads).
 
   Raises:
-    UserError: naming what does not fit.
+    UserError: naming which is which.
   """
   tokens = datasets.is_tokens(config.dataset)
   if is_language_model(config) != tokens:
@@ -332,6 +332,22 @@ def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
                     'recipes.data.prepare SRC DIR --tokenizer=FILE '
                     '--seq_len=N.')
   if not tokens:
+    return
+  for field in ('label_smoothing', 'mixup_alpha', 'cutmix_alpha'):
+    if config[field]:
+      raise UserError(f'{field} is for image classes, and {config.model!r} '
+                      'learns next tokens; set --config.'
+                      f'{field}=0.')
+
+
+def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
+  """Token sequences fit the language model: its vocabulary holds every id
+  and its positions cover the sequences.
+
+  Raises:
+    UserError: naming what does not fit.
+  """
+  if not datasets.is_tokens(config.dataset):
     return
   model = create_model(config, 0)
   vocab, (seq_len,) = data.vocab_size, data.image_shape
@@ -362,6 +378,7 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
       data or the model (batch sizes, dataset, model, mesh, rules, ...).
   """
   eval_batch_size = check_batch_sizes(config, jax.device_count())
+  check_data_kind(config)
   splits = eval_splits(config)
   data = datasets.load(config.dataset, config.data_dir or None,
                        config.train_split, list(splits.values()),
