@@ -2,6 +2,7 @@
 
 import flax
 import jax.numpy as jnp
+import numpy as np
 from clu import metrics
 from jax import lax
 
@@ -105,8 +106,9 @@ class Perplexity(metrics.Average):
   exps: the perplexity of the whole evaluation."""
 
   def compute(self):
-    """exp(total loss / tokens), float32."""
-    return jnp.exp(super().compute())
+    """exp(total loss / tokens), as numpy: computed on the host, as every
+    summary is."""
+    return np.exp(np.asarray(super().compute(), np.float64))
 
 
 def _per_step(grad_norm, step_mask, **_):
