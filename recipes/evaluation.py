@@ -104,10 +104,16 @@ def evaluate_and_write(exp: experiment.Experiment, state, writer, step: int,
       writer.write_scalars(step, {f'{where}/{k}': v
                                   for k, v in summary.items()})
       if jax.process_index() == 0:  # One copy of the metrics in the log.
-        logging.info('step %d: %s loss %.4f, accuracy %.4f, top-5 %.4f over '
-                     '%d examples of %s', step, where, summary['loss'],
-                     summary['accuracy'], summary['top5_accuracy'],
-                     metrics.accuracy.count, split)
+        if 'perplexity' in summary:  # A language model's.
+          logging.info('step %d: %s loss %.4f, perplexity %.3f, token '
+                       'accuracy %.4f over %d tokens of %s', step, where,
+                       summary['loss'], summary['perplexity'],
+                       summary['accuracy'], metrics.accuracy.count, split)
+        else:
+          logging.info('step %d: %s loss %.4f, accuracy %.4f, top-5 %.4f '
+                       'over %d examples of %s', step, where, summary['loss'],
+                       summary['accuracy'], summary['top5_accuracy'],
+                       metrics.accuracy.count, split)
       results[where] = summary
   return results[experiment.MAIN_EVAL]
 

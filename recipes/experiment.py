@@ -55,6 +55,18 @@ class Experiment:
     return self.strategy.create_state(jax.random.PRNGKey(self.spec.seed))
 
 
+def is_language_model(config: ml_collections.ConfigDict) -> bool:
+  """Whether config.model takes token ids (a registered text model).
+
+  Raises:
+    UserError: for an unknown model.
+  """
+  try:
+    return zoo.spec(config.model).modality == 'text'
+  except ValueError as e:
+    raise UserError(str(e)) from None
+
+
 def create_model(config: ml_collections.ConfigDict, num_classes: int,
                  batch_axis: str | None = None):
   """The config's model; `batch_axis`: the strategy's (see
@@ -63,7 +75,8 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
   Args:
     config: the run's config: model, model_kwargs, half precision and
       cross_device_batch_norm.
-    num_classes: the number of output classes.
+    num_classes: the number of output classes (not given to a language
+      model, whose vocabulary sets its outputs).
     batch_axis: as above; None: batch norm over the batch it is given.
 
   Returns:
@@ -88,8 +101,9 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
                      f'{config.pretrained} were made with {fixed[key]!r}: the '
                      'model will compute something else than they did.')
       kwargs = {**fixed, **kwargs}
-    return zoo.create(config.model, num_classes=num_classes, dtype=dtype,
-                      **kwargs)
+    if not is_language_model(config):
+      kwargs['num_classes'] = num_classes
+    return zoo.create(config.model, dtype=dtype, **kwargs)
   except TypeError as e:
     if 'batch_norm_axis_name' in str(e):
       raise UserError(f'cross_device_batch_norm needs a model with batch '
@@ -238,7 +252,8 @@ def training(config: ml_collections.ConfigDict, num_classes: int,
   Args:
     config: the run's config, its batch sizes already checked.
     num_classes: the data's number of classes.
-    image_shape: the model's input shape, HWC.
+    image_shape: the model's input shape, HWC ((seq_len,) for a language
+      model).
     steps_per_epoch: steps in one epoch (the schedule's epochs).
     num_steps: the run's length in steps.
     devices: the devices to run on; None: all of them. (Compile-only
@@ -257,6 +272,7 @@ def training(config: ml_collections.ConfigDict, num_classes: int,
   tx = optimizers.create_optimizer(config, schedule)
   spec = state_spec.make(
       model, tx, image_shape, seed=config.seed,
+      input_dtype=zoo.spec(config.model).input_dtype,
       loss_scaling=(config.half_precision
                     and config.half_precision_dtype == 'float16'),
       update_rules=update_rules(config))
@@ -278,11 +294,74 @@ def resolved(config: ml_collections.ConfigDict, exp: Experiment) -> dict:
     preset keeps the images' size (e.g. 28 for Fashion-MNIST), 'HxW' if
     they are not square.
   """
+  values = {'num_train_steps': exp.num_steps,
+            'eval_batch_size': exp.eval_batch_size,
+            'eval_every_steps': config.eval_every_steps or exp.steps_per_epoch}
+  if len(exp.data.image_shape) == 1:  # Token sequences.
+    return {**values, 'seq_len': exp.data.image_shape[0]}
   height, width = exp.data.image_shape[:2]
-  return {'num_train_steps': exp.num_steps,
-          'eval_batch_size': exp.eval_batch_size,
-          'eval_every_steps': config.eval_every_steps or exp.steps_per_epoch,
+  return {**values,
           'image_size': height if height == width else f'{height}x{width}'}
+
+
+def tokens_per_step(config: ml_collections.ConfigDict, exp: Experiment
+                    ) -> int | None:
+  """The tokens of one global batch of a language model; None for
+  images."""
+  shape = exp.data.image_shape
+  return config.batch_size * shape[0] if len(shape) == 1 else None
+
+
+def check_data_kind(config: ml_collections.ConfigDict):
+  """A language model trains on token sequences, and an image model on
+  images (known from the names, before the data loads).
+
+  Raises:
+    UserError: naming which is which.
+  """
+  tokens = datasets.is_tokens(config.dataset)
+  if is_language_model(config) != tokens:
+    if tokens:
+      raise UserError(f'dataset {config.dataset!r} holds token sequences, '
+                      f'and {config.model!r} is not a language model; train '
+                      'a decoder on it (e.g. --config.model=smollm2_135m), '
+                      'or give images to this model.')
+    raise UserError(f'{config.model!r} is a language model, and dataset '
+                    f'{config.dataset!r} holds images; give it token '
+                    'sequences: --config.dataset=tokens:DIR, from python -m '
+                    'recipes.data.prepare SRC DIR --tokenizer=FILE '
+                    '--seq_len=N.')
+  if not tokens:
+    return
+  for field in ('label_smoothing', 'mixup_alpha', 'cutmix_alpha'):
+    if config[field]:
+      raise UserError(f'{field} is for image classes, and {config.model!r} '
+                      'learns next tokens; set --config.'
+                      f'{field}=0.')
+
+
+def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
+  """Token sequences fit the language model: its vocabulary holds every id
+  and its positions cover the sequences.
+
+  Raises:
+    UserError: naming what does not fit.
+  """
+  if not datasets.is_tokens(config.dataset):
+    return
+  model = create_model(config, 0)
+  vocab, (seq_len,) = data.vocab_size, data.image_shape
+  if vocab is not None and vocab > model.vocab_size:
+    raise UserError(f'the tokenizer of {config.dataset} has {vocab:,} ids, '
+                    f'more than the {model.vocab_size:,} of {config.model}\'s '
+                    'vocabulary; prepare the text with the model\'s own '
+                    'tokenizer, or set --config.model_kwargs.vocab_size.')
+  if seq_len > model.max_length:
+    raise UserError(f'{config.dataset} holds sequences of {seq_len:,} '
+                    f'tokens, more than the {model.max_length:,} positions '
+                    f'of {config.model}; prepare it with --seq_len='
+                    f'{model.max_length} or less, or set '
+                    '--config.model_kwargs.max_length.')
 
 
 def build(config: ml_collections.ConfigDict) -> Experiment:
@@ -299,11 +378,13 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
       data or the model (batch sizes, dataset, model, mesh, rules, ...).
   """
   eval_batch_size = check_batch_sizes(config, jax.device_count())
+  check_data_kind(config)
   splits = eval_splits(config)
   data = datasets.load(config.dataset, config.data_dir or None,
                        config.train_split, list(splits.values()),
                        preprocessing(config), config.data_source,
                        encoded_options(config))
+  check_data_fits_model(config, data)
   per_epoch = in_memory.steps_per_epoch(data.num_train, config.batch_size)
   if per_epoch == 0:
     raise UserError(f'batch_size {config.batch_size} is larger than the '

@@ -65,7 +65,7 @@ class TrainSummaries:
   """
 
   def __init__(self, exp, writer, every: int, first_step: int,
-               skipping: bool):
+               skipping: bool, tokens_per_step: int | None = None):
     """Writes nothing yet; steps/s counts from `first_step`.
 
     Args:
@@ -74,9 +74,12 @@ class TrainSummaries:
       every: write summaries every this many steps (and at the last).
       first_step: the step training starts after.
       skipping: whether the run skips non-finite updates rather than stops.
+      tokens_per_step: a language model's tokens in a global batch, to
+        write tokens/s too; None: images.
     """
     self._exp, self._writer, self._every = exp, writer, every
     self._skipping = skipping
+    self.tokens_per_step = tokens_per_step
     self._unchecked, self._checked = [], []
     self.restart_clock(first_step)
 
@@ -124,6 +127,9 @@ class TrainSummaries:
                if k != 'skipped' and np.isfinite(v)}
     scalars['train/learning_rate'] = self._exp.schedule(step - 1)
     scalars['train/steps_per_sec'] = (step - first) / (time.monotonic() - since)
+    if self.tokens_per_step:  # A language model's throughput.
+      scalars['train/tokens_per_sec'] = (scalars['train/steps_per_sec'] *
+                                         self.tokens_per_step)
     if self._skipping:
       scalars['train/skipped_steps'] = summary['skipped']
       if summary['skipped']:
@@ -253,7 +259,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str):
     return evaluation.evaluate_checkpoint(config, workdir)
   began = time.monotonic()
   exp = experiment.build(config)
-  pretrained.warn_size(config, exp.data.image_shape)
+  if experiment.tokens_per_step(config, exp) is None:  # Images.
+    pretrained.warn_size(config, exp.data.image_shape)
   # The watchdog also sees the restore and the wait for the last save.
   with Watchdog(config.stall_timeout_seconds) as watchdog:
     watchdog.beat('opening the checkpoints')
@@ -282,8 +289,10 @@ def _finished(config, workdir, exp, steps: progress.Progress, summary: dict,
   kept = (f'Checkpoints in {checkpoints} (the last of step {steps.done:,})'
           if config.checkpoint_every_steps >= 0 else
           'No checkpoints (checkpoint_every_steps=-1)')
+  perplexity = (f', perplexity {summary["perplexity"]:.2f}'
+                if 'perplexity' in summary else '')
   return [f'{done}; final accuracy {summary["accuracy"]:.4f} on {split} '
-          f'(loss {summary["loss"]:.4f}).',
+          f'(loss {summary["loss"]:.4f}{perplexity}).',
           f'{kept}; summaries in {summaries.directory(workdir)} '
           f'(tensorboard --logdir={workdir}).']
 
@@ -294,9 +303,12 @@ def _train(config, workdir, exp, mngr, watchdog):
   The summary writer is closed however the loop ends, so that what it was
   given reaches its files (a W&B run keeps everything until then)."""
   state, start_step, writer = _start(config, workdir, exp, mngr, watchdog)
-  # Steps/s, images/s and ETA in the log, on process 0.
+  # Steps/s, images/s (tokens/s) and ETA in the log, on process 0.
+  tokens = experiment.tokens_per_step(config, exp)
   steps = progress.Progress(
-      exp.num_steps, start_step, per_unit=[('images', config.batch_size)],
+      exp.num_steps, start_step,
+      per_unit=[('tokens', tokens) if tokens else ('images',
+                                                   config.batch_size)],
       per_epoch=exp.steps_per_epoch, first='the first step (compiling it)',
       write=logging.info if jax.process_index() == 0 else lambda line: None)
   try:
@@ -323,7 +335,8 @@ def _loop(config, workdir, exp, mngr, watchdog, state, start_step, writer,
   eval_every = config.eval_every_steps or exp.steps_per_epoch
   save_every = config.checkpoint_every_steps  # 0: only at the end; -1: never.
   train_summaries = TrainSummaries(exp, writer, config.log_every_steps,
-                                   start_step, state.skips_nonfinite_updates)
+                                   start_step, state.skips_nonfinite_updates,
+                                   experiment.tokens_per_step(config, exp))
   profile = _profiler(config, workdir, start_step, num_steps)
 
   def evaluate(step, state, should_stop=lambda: False):

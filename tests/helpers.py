@@ -105,6 +105,46 @@ def prepare_in_process(*args) -> tuple[int, str, str]:
   return code, out.getvalue(), err.getvalue()
 
 
+# The words of write_token_dir's corpus, in the order its documents cycle.
+LM_WORDS = ('the model reads packed sequences of tokens and every document '
+            'ends with an end of text token so that attention stays inside '
+            'one document while the loss skips the boundary').split()
+
+
+def write_token_dir(folder, seq_len: int = 16, num_train: int = 160,
+                    num_validation: int = 24) -> str:
+  """`tokens:` data for a language model in `folder`/tokens (returned): a
+  word-level tokenizer of 29 ids ('<|endoftext|>' 0, '<pad>' 1, '<unk>' 2,
+  then LM_WORDS) and documents of 3 to 20 words that cycle through LM_WORDS
+  from a random word (learnable: each word but a document's first predicts
+  the next), packed into sequences of `seq_len`; splits 'train' and
+  'validation'."""
+  import json  # pylint: disable=g-import-not-at-top
+  from tokenizers import Tokenizer, models, pre_tokenizers  # pylint: disable=g-import-not-at-top
+  folder = os.fspath(folder)
+  vocab = {w: i for i, w in enumerate(
+      ['<|endoftext|>', '<pad>', '<unk>', *dict.fromkeys(LM_WORDS)])}
+  tokenizer = Tokenizer(models.WordLevel(vocab, unk_token='<unk>'))
+  tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  tokenizer_file = os.path.join(folder, 'tokenizer.json')
+  tokenizer.save(tokenizer_file)
+  rng = np.random.default_rng(0)
+  corpus = os.path.join(folder, 'corpus')
+  os.makedirs(corpus, exist_ok=True)
+  for split, count in (('train', num_train), ('validation', num_validation)):
+    with open(os.path.join(corpus, f'{split}.jsonl'), 'w') as f:
+      for _ in range(count):
+        start, length = rng.integers(len(LM_WORDS)), rng.integers(3, 21)
+        words = [LM_WORDS[(start + i) % len(LM_WORDS)] for i in range(length)]
+        f.write(json.dumps({'text': ' '.join(words)}) + '\n')
+  dst = os.path.join(folder, 'tokens')
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
+    prepare.prepare(f'jsonl:{corpus}', dst, 1000,
+                    text=prepare.Text(tokenizer_file, seq_len))
+  return dst
+
+
 def tiny_config(**overrides):
   """The defaults with a short schedule, under pmap: the classic recipe,
   which the tests of features shared by every strategy run (the strategies'

@@ -23,6 +23,13 @@ Attention is causal, through `jax.nn.dot_product_attention` (`attention_impl`
 as the ViT's: 'auto', 'xla', 'cudnn'); `mask` (batch, length), True for real
 tokens, keeps padding out of it. Positions count from 0 at the first token
 of the input, padding included, as transformers' forward does.
+
+Packed sequences (recipes/data/text/packing.py) hold several documents per
+row: `segment_ids` (batch, length) keeps attention within each document
+(tokens attend only to tokens of the same id), and `positions` (batch,
+length) restarts the positions (RoPE's angles or the learned table's rows)
+at each document's first token, so a packed row gives each document the
+logits it has alone.
 """
 
 import functools
@@ -87,8 +94,9 @@ def rotate(x, cos, sin):
 
   Args:
     x: queries or keys.
-    cos: (length, head_dim) cosines of the angles, each angle twice; or
-      (batch, length, head_dim), each row's own (cached decoding).
+    cos: (length, head_dim) or (batch or 1, length, head_dim) cosines of
+      the angles, each angle twice (each row's own: packed documents,
+      cached decoding).
     sin: the sines, likewise.
 
   Returns:
@@ -118,6 +126,9 @@ class SelfAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x, rope, mask, cache=None):
+    """`mask`: (batch, length) over the keys, or (batch, 1, length,
+    length) over query and key pairs; None: every key. `cache`: this
+    layer's keys and values while decoding (see `Decoder.init_cache`)."""
     embed = x.shape[-1]
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
 
@@ -142,7 +153,7 @@ class SelfAttention(nn.Module):
     if cache is not None:  # Decoding: see `Decoder.init_cache`.
       k, v, cache = _cached(cache, k, v)
       mask, causal = mask[:, None], False  # (batch, 1, length, cache).
-    elif mask is not None:
+    elif mask is not None and mask.ndim == 2:
       # Spelled out over the queries: cuDNN refuses a mask broadcast along
       # them (measured on an H200), and XLA fuses the broadcast away.
       n, t = mask.shape
@@ -262,7 +273,10 @@ class Decoder(nn.Module):
 
   Input: int token ids (batch, length), length at most `max_length` with
   learned positions; `mask` (batch, length), True (1) for real tokens and
-  False for padding, which no token attends to. Output: logits (batch,
+  False for padding, which no token attends to; for packed sequences,
+  `segment_ids` (batch, length), attention only between tokens of equal
+  ids, and `positions` (batch, length), each token's position in its
+  document (None: 0, 1, ... along the row). Output: logits (batch,
   length, vocab_size) in `logits_dtype` (default: the computation `dtype`).
   `train=True` turns dropout on (drawing from the 'dropout' rng
   collection).
@@ -327,7 +341,8 @@ class Decoder(nn.Module):
   param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens, train: bool = False, mask=None, cache=None):
+  def __call__(self, tokens, train: bool = False, mask=None,
+               segment_ids=None, positions=None, cache=None):
     self._check(tokens)
     layer = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     num_kv_heads = self.num_kv_heads or self.num_heads
@@ -336,29 +351,34 @@ class Decoder(nn.Module):
     table = self.param('token_embedding', named(_INIT, ('vocab', 'embed')),
                        (self.vocab_size, self.hidden_size), self.param_dtype)
     x = jnp.take(table, tokens, axis=0).astype(self.dtype)
-    # (length,); cached: (batch, length), each row from its index on.
-    position_ids = jnp.arange(length) + (0 if cache is None else
-                                         cache['index'][:, None])
+    if positions is None:  # Cached: each row from its index on.
+      positions = jnp.arange(length)[None] + (0 if cache is None else
+                                              cache['index'][:, None])
     rope = None
     if self.positions == 'learned':
-      positions = self.param('position_embedding',
-                             named(_INIT, ('seq', 'embed')),
-                             (self.max_length, self.hidden_size),
-                             self.param_dtype)
-      x = x + jnp.take(positions, position_ids, axis=0).astype(self.dtype)
+      learned = self.param('position_embedding',
+                           named(_INIT, ('seq', 'embed')),
+                           (self.max_length, self.hidden_size),
+                           self.param_dtype)
+      x = x + jnp.take(learned, positions, axis=0).astype(self.dtype)
     else:
-      angles = (position_ids[..., None].astype(jnp.float32) *
+      angles = (positions.astype(jnp.float32)[..., None] *
                 rope_frequencies(head_dim, self.rope_theta,
                                  self.rope_scaling))
       angles = jnp.concatenate([angles, angles], axis=-1)
       rope = (jnp.cos(angles), jnp.sin(angles))
+    real_mask, cached = mask, []
+    if segment_ids is not None:  # Query i sees key j of its own document.
+      same = segment_ids[:, :, None] == segment_ids[:, None, :]
+      if mask is not None:
+        same &= mask[:, None, :].astype(bool)
+      mask = same[:, None]
     x = nn.with_logical_constraint(x, TOKENS)
     x = nn.Dropout(self.dropout_rate)(x, not train)
     block_cls = nn.remat(DecoderBlock) if self.remat else DecoderBlock
-    real_mask, cached = mask, []
     if cache is not None:  # Each token sees the cache up to itself.
       mask = (jnp.arange(cache['layers'][0]['key'].shape[1])[None, None] <=
-              position_ids[:, :, None])
+              positions[:, :, None])
     for i in range(self.num_layers):
       x = block_cls(self.num_heads, num_kv_heads, head_dim, self.mlp_dim,
                     self.norm, self.norm_epsilon, self.mlp, self.bias,

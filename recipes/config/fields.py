@@ -121,7 +121,9 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'A TFDS name; fashion_mnist_idx for the offline Debian files; '
               'or your own images: folder:PATH (PATH/SPLIT/CLASS/*.jpg or '
               'PATH/CLASS/*.png), hf:NAME_OR_PATH (a Hugging Face dataset), '
-              'records:PATH (made by python -m recipes.data.prepare).'),
+              'records:PATH (made by python -m recipes.data.prepare); for a '
+              'language model, tokens:PATH (packed token sequences made by '
+              'python -m recipes.data.prepare --tokenizer=FILE --seq_len=N).'),
         Field('data_dir', '', text(),
               "Where the data is; '' = TFDS's default directory."),
         Field('train_split', 'train', text(non_empty=True),

@@ -2,6 +2,7 @@
 
 import flax
 import jax.numpy as jnp
+import numpy as np
 from clu import metrics
 from jax import lax
 
@@ -96,4 +97,45 @@ class TrainMetrics(metrics.Collection):
   loss: metrics.Average.from_output('loss')
   accuracy: metrics.Accuracy
   grad_norm: metrics.Average.from_output('grad_norm')
+  skipped: SkippedSteps
+
+
+@flax.struct.dataclass
+class Perplexity(metrics.Average):
+  """exp of the mean loss over every token merged, not a mean of per-batch
+  exps: the perplexity of the whole evaluation."""
+
+  def compute(self):
+    """exp(total loss / tokens), as numpy: computed on the host, as every
+    summary is."""
+    return np.exp(np.asarray(super().compute(), np.float64))
+
+
+def _per_step(grad_norm, step_mask, **_):
+  """The gradient norm ([1]) once per step (per device, each the same),
+  whatever the number of tokens, unless `step_mask` ([1]) leaves the step
+  out (a skipped update)."""
+  return dict(values=grad_norm, mask=step_mask)
+
+
+@flax.struct.dataclass
+class TokenEvalMetrics(metrics.Collection):
+  """A language model's next-token loss, perplexity and accuracy, each an
+  average over the target tokens the `mask` keeps (padding and document
+  boundaries left out)."""
+
+  loss: metrics.Average.from_output('loss')
+  perplexity: Perplexity.from_output('loss')
+  accuracy: metrics.Average.from_output('correct')
+
+
+@flax.struct.dataclass
+class TokenTrainMetrics(metrics.Collection):
+  """TokenEvalMetrics' fields, the gradient's global norm (per step) and the
+  skipped updates."""
+
+  loss: metrics.Average.from_output('loss')
+  perplexity: Perplexity.from_output('loss')
+  accuracy: metrics.Average.from_output('correct')
+  grad_norm: metrics.Average.from_fun(_per_step)
   skipped: SkippedSteps

@@ -64,15 +64,17 @@ class StateSpec:
 
 def make(model: nn.Module, tx: optax.GradientTransformation,
          image_shape: tuple[int, ...], *, seed: int = 0,
-         loss_scaling: bool = False,
+         input_dtype=jnp.float32, loss_scaling: bool = False,
          update_rules: UpdateRules = UpdateRules()) -> StateSpec:
   """The spec of the state for training `model` with `tx`.
 
   Args:
     model: a Linen module taking (images, train=...).
     tx: the optimizer.
-    image_shape: the shape of one example, e.g. (28, 28, 1).
+    image_shape: the shape of one example, e.g. (28, 28, 1); (seq_len,)
+      for a language model.
     seed: see `StateSpec.seed`.
+    input_dtype: the examples' dtype: float32 images, int32 token ids.
     loss_scaling: float16 dynamic loss scaling (a flax `DynamicScale` kept
       in the state).
     update_rules: mixing, accumulation, EMA and the rest (the defaults
@@ -83,7 +85,7 @@ def make(model: nn.Module, tx: optax.GradientTransformation,
   """
 
   def init(rng):
-    variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32),
+    variables = model.init(rng, jnp.zeros((1, *image_shape), input_dtype),
                            train=False)
     # Plain arrays: logical-axis annotations are kept in the spec
     # (`logical_names`), not carried in the state.
@@ -102,7 +104,7 @@ def make(model: nn.Module, tx: optax.GradientTransformation,
     return state.replace(step=jnp.zeros((), jnp.int32))
 
   boxed = jax.eval_shape(
-      lambda rng: model.init(rng, jnp.zeros((1, *image_shape), jnp.float32),
+      lambda rng: model.init(rng, jnp.zeros((1, *image_shape), input_dtype),
                              train=False), jax.random.PRNGKey(0))
   return StateSpec(init=init,
                    abstract=jax.eval_shape(init, jax.random.PRNGKey(0)),

@@ -5,6 +5,14 @@ that is one device's share and `axis_name` names the mapped axis: gradients,
 batch-norm statistics and metrics are averaged across it with `lax.pmean`
 (spanning all hosts). Under `jax.jit` with sharded arrays the batch is
 global, `axis_name` is None, and XLA inserts the same reductions itself.
+
+Two kinds of batch take the same steps: images with class labels (`image`,
+`label`), and packed token sequences for a language model (`inputs`,
+`targets`, `segment_ids`, `positions`, `mask`; recipes/data/text/
+packing.py). A token batch's loss is the next-token cross-entropy averaged
+over the target tokens its mask keeps, over the whole global batch (every
+device's and micro-batch's tokens weigh alike), and its metrics are
+TokenTrainMetrics / TokenEvalMetrics.
 """
 
 import jax
@@ -13,7 +21,8 @@ import optax
 from jax import lax
 
 from recipes.core import mixing
-from recipes.core.metrics import EvalMetrics, TrainMetrics
+from recipes.core.metrics import (EvalMetrics, TokenEvalMetrics,
+                                   TokenTrainMetrics, TrainMetrics)
 from recipes.core.train_state import TrainState, UpdateRules
 
 
@@ -23,10 +32,39 @@ def _variables(params, batch_stats):
   return {'params': params}
 
 
+def is_token_batch(batch) -> bool:
+  """Whether `batch` holds token sequences for a language model (else
+  images and labels)."""
+  return 'targets' in batch
+
+
+def _apply(state: TrainState, variables, batch, **kwargs):
+  """The model on the batch's inputs: images, or packed tokens with their
+  documents kept apart (segment ids, positions)."""
+  if is_token_batch(batch):
+    return state.apply_fn(variables, batch['inputs'],
+                          segment_ids=batch['segment_ids'],
+                          positions=batch['positions'], **kwargs)
+  return state.apply_fn(variables, batch['image'], **kwargs)
+
+
+def _scored(logits, batch):
+  """What the metrics read of the logits: the logits themselves for
+  images; for tokens, whether each target is the most likely token (so
+  that micro-batches keep [N, T] floats rather than [N, T, vocab])."""
+  if is_token_batch(batch):
+    return (jnp.argmax(logits, -1) == batch['targets']).astype(jnp.float32)
+  return logits
+
+
 def _per_example_loss(logits, batch, rules: UpdateRules | None = None):
   """Cross-entropy in float32 whatever the computation dtype; against
-  probability targets where labels are mixed or smoothed."""
+  probability targets where labels are mixed or smoothed; per target token
+  ([N, T]) for a token batch."""
   logits = logits.astype(jnp.float32)
+  if is_token_batch(batch):
+    return optax.softmax_cross_entropy_with_integer_labels(logits,
+                                                           batch['targets'])
   if rules is None or not rules.soft_targets:
     return optax.softmax_cross_entropy_with_integer_labels(logits,
                                                            batch['label'])
@@ -169,27 +207,41 @@ def train_step(state: TrainState, batch, axis_name: str | None = None,
 
   Args:
     state: the state before the update.
-    batch: `image` [N, ...] and int `label` [N]: the global batch, or this
-      device's share of it under `axis_name`.
+    batch: `image` [N, ...] and int `label` [N], or a token batch (see
+      above): the global batch, or this device's share of it under
+      `axis_name`.
     axis_name: the mapped axis to average gradients, batch-norm statistics
       and metrics over; None where the batch is global (under jit).
     seed: the run's seed, for the step's random key.
 
   Returns:
-    (the new state, TrainMetrics of the step).
+    (the new state, TrainMetrics (TokenTrainMetrics) of the step).
   """
   rules = state.update_rules
   key = dropout_key(seed, state.step, axis_name)
-  batch = _mixed(batch, key, rules)
+  tokens = is_token_batch(batch)
+  if tokens:
+    # Each (micro-)batch's summed loss over the global batch's mean token
+    # count per device (and micro-batch): averaged over devices and summed
+    # over micro-batches below, the gradient is that of the mean over
+    # every target token of the global batch.
+    count = batch['mask'].sum().astype(jnp.float32)
+    if axis_name is not None:
+      count = lax.pmean(count, axis_name)
+    normalizer = jnp.maximum(count, 1.0) / rules.grad_accum_steps
+  else:
+    batch = _mixed(batch, key, rules)
   mutable = ['batch_stats'] if state.batch_stats else False
 
   def loss_fn(params, batch_stats, batch, key):
-    out = state.apply_fn(_variables(params, batch_stats), batch['image'],
-                         train=True, mutable=mutable, rngs={'dropout': key})
+    out = _apply(state, _variables(params, batch_stats), batch,
+                 train=True, mutable=mutable, rngs={'dropout': key})
     logits, new_model_state = out if mutable else (out, {})
     loss = _per_example_loss(logits, batch, rules)
-    return loss.mean(), (loss, logits,
-                         new_model_state.get('batch_stats', batch_stats))
+    objective = ((loss * batch['mask']).sum() / normalizer if tokens
+                 else loss.mean())
+    return objective, (loss, _scored(logits, batch),
+                       new_model_state.get('batch_stats', batch_stats))
 
   if rules.grad_accum_steps > 1:
     # Float16 loss scaling is refused with accumulation (validation).
@@ -202,7 +254,8 @@ def train_step(state: TrainState, batch, axis_name: str | None = None,
     (loss, logits, batch_stats), grads, state = _loss_and_grads(
         state, lambda p: loss_fn(p, state.batch_stats, batch, key),
         axis_name)
-  mean_loss = loss.mean()
+  mean_loss = ((loss * batch['mask']).sum() / normalizer
+               / rules.grad_accum_steps if tokens else loss.mean())
   if axis_name is not None:
     batch_stats = lax.pmean(batch_stats, axis_name)
     mean_loss = lax.pmean(mean_loss, axis_name)  # Every device decides alike.
@@ -210,6 +263,12 @@ def train_step(state: TrainState, batch, axis_name: str | None = None,
   finite = jnp.isfinite(mean_loss) & jnp.isfinite(grad_norm)
   new_state = _update_ema(state.apply_gradients(grads=grads,
                                                 batch_stats=batch_stats))
+
+  if tokens:
+    return new_state, _collect_metrics(
+        TokenTrainMetrics, axis_name,
+        **_token_train_outputs(batch, loss, logits, grad_norm, finite,
+                               state.skips_nonfinite_updates))
 
   # Accuracy against each example's larger share of a mixed label.
   labels = batch['label']
@@ -227,21 +286,39 @@ def train_step(state: TrainState, batch, axis_name: str | None = None,
   return new_state, _collect_metrics(TrainMetrics, axis_name, **outputs)
 
 
+def _token_train_outputs(batch, loss, correct, grad_norm, finite,
+                         skipping: bool) -> dict:
+  """The model outputs TokenTrainMetrics reads: per token, and the
+  gradient norm once per step; a skipped step's left out."""
+  step_mask = jnp.ones((1,), bool)
+  mask = batch['mask']
+  if skipping:
+    step_mask, mask = step_mask & finite, mask & finite
+  return dict(loss=loss, correct=correct, mask=mask,
+              grad_norm=jnp.full((1,), grad_norm), step_mask=step_mask,
+              skipped=~finite if skipping else False)
+
+
 def eval_step(state: TrainState, batch, axis_name: str | None = None):
   """Metrics of the model on `batch`, skipping examples whose mask is False.
 
   Args:
     state: the state whose parameters and statistics are evaluated.
     batch: `image`, int `label` and bool `mask` (False for padding), each
-      [N, ...]: the global batch, or this device's share under `axis_name`.
+      [N, ...], or a token batch (`mask` [N, T] per target token): the
+      global batch, or this device's share under `axis_name`.
     axis_name: the mapped axis to gather the metrics over; None where the
       batch is global.
 
   Returns:
-    EvalMetrics of the batch.
+    EvalMetrics (TokenEvalMetrics) of the batch.
   """
-  logits = state.apply_fn(_variables(state.params, state.batch_stats),
-                          batch['image'], train=False)
+  logits = _apply(state, _variables(state.params, state.batch_stats), batch,
+                  train=False)
   loss = _per_example_loss(logits, batch)
+  if is_token_batch(batch):
+    return _collect_metrics(TokenEvalMetrics, axis_name, loss=loss,
+                            correct=_scored(logits, batch),
+                            mask=batch['mask'])
   return _collect_metrics(EvalMetrics, axis_name, loss=loss, logits=logits,
                           labels=batch['label'], mask=batch['mask'])

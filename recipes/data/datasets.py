@@ -16,6 +16,10 @@ Four sources give the same TFDS-style examples (`image`, `label`):
   recipes/data/sources/array_records.py). They are held in memory when they are
   small and the preset keeps their size, and otherwise streamed by index
   (recipes/data/pipeline/random_access.py), in the same order either way.
+- 'tokens': `tokens:PATH`, packed token sequences for a language model that
+  `python -m recipes.data.prepare SRC PATH --tokenizer=FILE --seq_len=N`
+  wrote (recipes/data/pipeline/token_batches.py), streamed by index in the
+  same order; its splits are whole splits ('train', 'validation').
 The name picks the source: the prefixes, the IDX names, the names in
 STREAMED, then every other TFDS name in memory. `data_source` ('memory' or
 'stream') overrides that for a TFDS name or the user's own images; the
@@ -53,6 +57,13 @@ STREAMED = frozenset({
 DATA_SOURCES = ('auto', 'memory', 'stream')  # config.data_source
 # Name prefixes of the user's own images: 'folder:/data/pets'.
 ENCODED = ('folder', 'hf', 'records')
+# The name prefix of prepared token sequences: 'tokens:/data/tokens'.
+TOKENS = 'tokens'
+
+
+def is_tokens(name: str) -> bool:
+  """Whether dataset `name` is token sequences ('tokens:PATH')."""
+  return name.startswith(f'{TOKENS}:')
 # The user's own images are held in memory up to this many decoded bytes.
 IN_MEMORY_BYTES = 2 << 30
 
@@ -159,8 +170,10 @@ def load(name: str, data_dir: str | None, train_split: str = 'train',
     UserError: for an unknown dataset, source or split, an empty split,
       or preprocessing that does not fit the data.
   """
-  source = source_for(name, data_source)
   eval_splits = _split_list(eval_splits)
+  if is_tokens(name):
+    return _read_tokens(name, train_split, eval_splits, options)
+  source = source_for(name, data_source)
   if source == 'encoded':
     data = _read_encoded(open_encoded(name, options), train_split,
                          eval_splits, preprocessing, data_source, options)
@@ -240,6 +253,22 @@ def _read_encoded(source: EncodedSource, train_split, eval_splits,
   return RandomAccessDataset(train, evals, source.num_classes, preprocessing,
                              channels, first.shape, options.data_threads,
                              source.class_names, files)
+
+
+def _read_tokens(name, train_split, eval_splits, options: EncodedOptions):
+  from recipes.data.pipeline import token_batches  # pylint: disable=g-import-not-at-top
+  where = name.partition(':')[2]
+  if not where:
+    raise UserError(f'dataset {name!r} names no path; write '
+                    f'{TOKENS}:PATH.')
+  data = token_batches.open(where, train_split, eval_splits,
+                            options.data_threads)
+  for split, size in {train_split: data.num_train,
+                      **data.eval_sizes}.items():
+    if not size:
+      raise UserError(f'split {split!r} of dataset {name!r} has no '
+                      'sequences.')
+  return data
 
 
 def _check_not_empty(source: EncodedSource, splits, which: str = ''):

@@ -17,8 +17,9 @@ With --tokenizer, SRC is text (jsonl:PATH, parquet:PATH or hf:NAME, its
 column --text_column, 'text' by default), tokenized with the model's own
 tokenizer and packed into sequences of --seq_len tokens
 (recipes/data/text/token_records.py has the format; --examples_per_shard
-counts documents). Everything else is the same for both: the shards, the
-manifest, the checksums, continuing a stopped run, --verify.
+counts documents); a language model trains on the result with
+--config.dataset=tokens:DST. Everything else is the same for both: the
+shards, the manifest, the checksums, continuing a stopped run, --verify.
 
 A long prepare may be stopped (Ctrl-C, a lost machine): run the same command
 again and it continues from the first unfinished shard, giving the same
@@ -749,8 +750,8 @@ def _report(src: str, dst: str, written: Written) -> str:
     done = (f'{written.examples_per_second:,.0f} {unit}/s' +
             (f'; wrote {written.shards_written} of the {total} shards, the '
              'others were there' if written.shards_written < total else ''))
-  use = (f'read its token batches with recipes.data.pipeline.token_batches'
-         f".open('{dst}')" if tokens else
+  use = (f'Train a language model on it with --config.dataset=tokens:{dst}'
+         if tokens else
          f'Train on it with --config.dataset=records:{dst}')
   return (f'Prepared {src} in {dst}: {", ".join(parts)}, {_size(size)} '
           f'({done}). {use[0].upper()}{use[1:]}')

@@ -87,7 +87,8 @@ class BatchPlacer:
       UserError: if this process's devices would hold other rows than
         the ones it loaded.
     """
-    global_size = len(batch['label']) * jax.process_count()
+    # Every array has a row per example (a label, or a token sequence).
+    global_size = len(next(iter(batch.values()))) * jax.process_count()
     self._check_rows(global_size)
     return jax.tree.map(
         lambda x: jax.make_array_from_process_local_data(

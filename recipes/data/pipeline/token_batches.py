@@ -23,19 +23,50 @@ from recipes.runtime.errors import UserError
 
 class TokenDataset:
   """A training split and evaluation splits of packed token sequences,
-  batched for this process; the first evaluation split is the main one."""
+  batched for this process; the first evaluation split is the main one.
+  It is a `Dataset` (recipes/data/pipeline/dataset.py) whose examples are
+  sequences: no classes, and `image_shape` is the model's input shape,
+  (seq_len,)."""
+
+  class_names = ()  # The Dataset interface's: none, nor files to check.
+  files = {}
 
   def __init__(self, train: token_records.Sequences,
-               evals: dict[str, token_records.Sequences], threads: int = 0):
+               evals: dict[str, token_records.Sequences], threads: int = 0,
+               tokens: dict | None = None):
     """
     Args:
       train: the training split.
       evals: the evaluation splits by name, the main one first.
       threads: batches made at once; 0: random_access.default_threads().
+      tokens: the manifest's "tokens" (tokenizer, vocab_size, ids), if
+        known.
     """
     self.train, self.evals = train, evals
     self.seq_len = train.seq_len
     self.threads = threads or random_access.default_threads()
+    self.tokens = tokens or {}
+
+  @property
+  def vocab_size(self) -> int | None:
+    """The tokenizer's vocabulary size: every id is below it (None if not
+    known)."""
+    return self.tokens.get('vocab_size')
+
+  @property
+  def num_classes(self) -> int:
+    """0: no classes; the model's vocabulary sets its outputs."""
+    return 0
+
+  @property
+  def image_shape(self) -> tuple[int, ...]:
+    """The shape of one example as the model sees it: (seq_len,) ids."""
+    return (self.seq_len,)
+
+  @property
+  def num_eval(self) -> int:
+    """Sequences in the first evaluation split."""
+    return len(next(iter(self.evals.values())))
 
   @property
   def num_train(self) -> int:
@@ -105,4 +136,4 @@ def open(path: str, train_split: str = 'train',  # pylint: disable=redefined-bui
                       f'{", ".join(records.splits)}).')
     splits[split] = records.splits[split]
   evals = {s: splits[s] for s in eval_splits or (train_split,)}
-  return TokenDataset(splits[train_split], evals, threads)
+  return TokenDataset(splits[train_split], evals, threads, records.tokens)

@@ -16,7 +16,7 @@ from recipes import evaluation, experiment
 from recipes.config import defaults as default
 from recipes.data import datasets
 from recipes.data.sources import tfds_source
-from tests.helpers import ROOT, write_fashion_mnist
+from tests.helpers import ROOT, write_fashion_mnist, write_token_dir
 
 CONFIGS = sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'configs',
@@ -77,7 +77,10 @@ def _at_test_size(config):
 
 
 def _test_data(config, data_dir):
-  """Fashion-MNIST files in `data_dir` for the offline datasets."""
+  """Fashion-MNIST files in `data_dir` for the offline datasets; token
+  sequences of the test-size models' length for a language model's."""
+  if datasets.is_tokens(config.dataset):
+    config.dataset = f'tokens:{write_token_dir(data_dir, seq_len=16)}'
   if config.dataset in datasets.OFFLINE_DATASETS:
     write_fashion_mnist(str(data_dir), num_train=32, num_test=20)
     config.data_dir = str(data_dir)
@@ -232,7 +235,13 @@ def test_config_learns_a_fixed_batch_and_evaluates(names, tmp_path,
   assert all(np.isfinite(losses)), losses
   assert losses[-1] < losses[0], losses
   summary = evaluated.compute()
-  assert int(evaluated.accuracy.count) == 20  # Every example, once.
+  if datasets.is_tokens(config.dataset):  # Every target token, once.
+    assert int(evaluated.accuracy.count) == sum(
+        int(b['mask'].sum()) for b in exp.data.eval_batches(
+            batch_size=exp.eval_batch_size)) > 0
+    assert np.isclose(summary['perplexity'], np.exp(summary['loss']))
+  else:
+    assert int(evaluated.accuracy.count) == 20  # Every example, once.
   assert np.isfinite(summary['loss']) and 0 <= summary['accuracy'] <= 1
   if name in COMPARED_WHILE_LEARNING:
     _assert_pmap_takes_the_same_steps(name, config, exp, batch, run)

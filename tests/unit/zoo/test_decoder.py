@@ -83,3 +83,29 @@ def test_decoder_rules_split_heads_and_mlp_over_tensor():
   assert block['down']['kernel'].sharding.spec == spec('tensor', 'fsdp')
   assert variables['params']['token_embedding'].sharding.spec == spec(
       None, 'fsdp')
+
+
+@pytest.mark.parametrize('name', slow_after(1, ['smollm2_135m', 'gpt2']))
+def test_a_packed_row_gives_each_document_its_logits_alone(name):
+  """Three documents packed into one row, then padding: with segment ids
+  and positions that restart, each document's logits are those it has as
+  the only input (RoPE or learned positions); without them, they are
+  not."""
+  model, variables, tokens = _model(name)
+  apply = jax.jit(model.apply)
+  row = tokens[:1]
+  lengths = [5, 7, 3]  # And 1 padding token (segment 0).
+  segments = jnp.array([sum(([i + 1] * n for i, n in enumerate(lengths)),
+                            []) + [0]])
+  positions = jnp.array([sum((list(range(n)) for n in lengths), []) + [0]])
+  packed = apply(variables, row, segment_ids=segments, positions=positions)
+  unpacked = apply(variables, row)
+  start = 0
+  for n in lengths:
+    alone = apply(variables, row[:, start:start + n])
+    np.testing.assert_allclose(packed[:, start:start + n], alone, rtol=1e-5,
+                               atol=1e-5)
+    if start:  # A later document sees the ones before it when not packed.
+      assert not np.allclose(unpacked[:, start:start + n], alone, atol=1e-3)
+    start += n
+  assert np.isfinite(packed).all()  # The padding token attends to itself.
