@@ -119,22 +119,30 @@ VARIANTS = [
                  id='pmap-accumulate2')]
 
 
-# All slow: the fast tier trains under sharded fsdp x tensor (the runs
-# below); this compares it, accumulation and the replicated strategies.
-@pytest.mark.slow
-@pytest.mark.parametrize('strategy, mesh, accumulate', VARIANTS)
-def test_every_strategy_and_accumulation_take_the_steps_of_pmap(
-    tokens, strategy, mesh, accumulate):
-  """The global batch's token mean is the loss whatever splits the batch:
-  devices whose shares hold different numbers of real tokens, and
-  micro-batches."""
+@pytest.fixture(scope='module', name='pmap_steps')
+def _pmap_steps(tokens):
+  """(a global batch whose devices' shares hold unequal numbers of real
+  tokens, pmap's losses and parameters after two steps on it): the
+  reference of every variant below, computed once."""
   data = datasets.load(f'tokens:{tokens}', None, 'train', ['validation'])
   batch = next(data.train_batches(batch_size=16, seed=0, start_step=0,
                                   num_steps=1))
   counts = batch['mask'].reshape(8, -1).sum(1)
   assert len(set(counts)) > 1  # Unequal shares: a mean of means differs.
-  reference = _steps_of(_config(tokens, strategy='pmap',
-                                mesh=dict(data=-1, fsdp=1, tensor=1)), batch)
+  return batch, _steps_of(_config(tokens, strategy='pmap',
+                                  mesh=dict(data=-1, fsdp=1, tensor=1)), batch)
+
+
+# All slow: the fast tier trains under sharded fsdp x tensor (the runs
+# below); this compares it, accumulation and the replicated strategies.
+@pytest.mark.slow
+@pytest.mark.parametrize('strategy, mesh, accumulate', VARIANTS)
+def test_every_strategy_and_accumulation_take_the_steps_of_pmap(
+    tokens, pmap_steps, strategy, mesh, accumulate):
+  """The global batch's token mean is the loss whatever splits the batch:
+  devices whose shares hold different numbers of real tokens, and
+  micro-batches."""
+  batch, reference = pmap_steps
   losses, params = _steps_of(_config(tokens, strategy=strategy, mesh=mesh,
                                      grad_accum_steps=accumulate), batch)
   np.testing.assert_allclose(losses, reference[0], rtol=1e-5)

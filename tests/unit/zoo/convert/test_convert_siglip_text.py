@@ -13,6 +13,8 @@ counts are transformers' own at full size. Needs torch and transformers
 (the convert-test extra); skipped without them.
 """
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -252,7 +254,11 @@ def test_registered_counts_are_the_originals(name):
 
 @pytest.mark.slow  # 110M parameters (the others: 336M, 450M).
 @pytest.mark.parametrize('name', [
-    'siglip_b16_text',
+    pytest.param('siglip_b16_text', marks=pytest.mark.skipif(
+        os.environ.get('TESTS_ALL_SIZES') != '1',
+        reason='compared at full size as the text tower of '
+        'test_full_size_siglip_model_gives_transformers_logits: '
+        'TESTS_ALL_SIZES=1 runs it alone too')),
     pytest.param('siglip_l16_text', marks=all_sizes_only),
     pytest.param('siglip_so400m14_text', marks=all_sizes_only)])
 def test_full_size_text_towers_give_transformers_embedding(name, tmp_path):
