@@ -303,9 +303,9 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
   logging.info('Compiling %s for %d x %s: the train step, then the eval '
                'step%s.', name or 'the config', num_slices, slice_.name,
                ', then the largest batch that fits' if max_batch else '')
+  num_classes, shape = input_shape(config)  # Before libtpu starts.
   devices = topology.devices(slice_, num_slices)
   eval_batch_size = experiment.check_batch_sizes(config, len(devices))
-  num_classes, shape = input_shape(config)
   strategy = experiment.training(config, num_classes, shape,
                                  STAND_IN_STEPS_PER_EPOCH,
                                  STAND_IN_STEPS_PER_EPOCH, devices).strategy
