@@ -14,14 +14,13 @@ Before renting the slice, compile the train step for it on any machine
 (nothing allocated, the data need not exist):
 
     python -m recipes.compile --config=configs/text_llama3_8b_pod.py \
-        --topology=v5e:8x8
-    python -m recipes.compile --config=configs/text_llama3_8b_pod.py \
-        --topology=v5p:2x2x2 --config.batch_size=64
+        --topology=v5p:2x2x2 --config.batch_size=8
 
 The mesh is fsdp over every chip (parameters, gradients and optimizer state
 split, gathered where used); each block is recomputed in the backward pass
 (remat); bfloat16 computation with float32 master weights. Global batch 128
-sequences (262,144 tokens) as MaxText's per-chip batch 2 on a v5e-64;
+sequences (1,048,576 tokens), one per chip on a v5p-128 (it does not fit a
+v5e-64 yet: docs/performance.md);
 AdamW as Llama 3 trains (peak 3e-4, warmup 2,000 steps, cosine decay,
 weight decay 0.1, clipping at 1.0).
 
