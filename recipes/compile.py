@@ -8,6 +8,10 @@ devices (`pip install -e '.[tpu]'`). The report, per chip: the memory plan
 against the chip's HBM and whether it fits, XLA's FLOPs and bytes beside
 the zoo's FLOPs, the collectives by kind and the mesh axes they span, the
 compile time, and a roofline estimate of the step time, images/s and MFU.
+A language model (a decoder on tokens:PATH) compiles for sequences of
+--config.seq_len tokens (or PATH's, where it is prepared: the data need not
+exist), and the estimate gives tokens/s per chip and MFU by MaxText's count
+of the model's FLOPs per token.
 `--num_slices=N` compiles for N such slices (multislice, with
 `--config.mesh.dcn_data=N`); `--find_max_batch` finds the largest global
 batch that fits, by bisection over compiles; `--json=PATH` writes it all.
@@ -67,12 +71,16 @@ STAND_IN_STEPS_PER_EPOCH = 1000
 
 def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
   """(number of classes, the model's input shape) of the config's data,
-  from the dataset's metadata: nothing is downloaded or read.
+  from the dataset's metadata: nothing is downloaded or read. For token
+  sequences, (0, (seq_len,)) (`experiment.sequence_length`).
 
   Raises:
-    UserError: for an unknown dataset, or images of varying sizes that the
-      preset keeps.
+    UserError: for an unknown dataset, images of varying sizes that the
+      preset keeps, or a sequence length not known or too long.
   """
+  experiment.check_data_kind(config)
+  if datasets.is_tokens(config.dataset):
+    return 0, (experiment.sequence_length(config),)
   preprocessing = experiment.preprocessing(config)
   name = config.dataset
   if name in datasets.OFFLINE_DATASETS:
@@ -133,7 +141,7 @@ def compile_step(strategy, step: str, batch_size: int,
     strategy: the config's strategy, on compile-only devices.
     step: 'train' or 'eval'.
     batch_size: the global batch.
-    shape: one image's shape, HWC.
+    shape: one image's shape, HWC; (seq_len,) for token sequences.
 
   Returns:
     The compiled step's report.
@@ -228,12 +236,17 @@ def _too_big(total: int, chip: chips.Chip) -> str:
 
 def table(result: dict) -> str:
   """The report as text."""
+  seq_len = result.get('seq_len')
+  if seq_len:
+    flops = (f"{result['train_gflops_per_token']:.2f} GFLOPs per token to "
+             f"train at {seq_len:,} tokens a sequence (MaxText's count).")
+  else:
+    flops = (f"the zoo counts {result['model_gflops_per_image']:.2f} "
+             'GFLOPs per image forward (x3 to train).')
   lines = [f"{result['config']} on {result['topology']} x "
            f"{result['num_slices']} slice(s): {result['num_chips']} "
            f"chips, strategy {result['strategy']}, mesh {result['mesh']}",
-           f"HBM per chip {_gib(result['hbm_bytes'])}; the zoo counts "
-           f"{result['model_gflops_per_image']:.2f} GFLOPs per image "
-           'forward (x3 to train).', '',
+           f"HBM per chip {_gib(result['hbm_bytes'])}; {flops}", '',
            '| step | batch | arguments | outputs | temporaries | aliased '
            '| total per chip | fits | XLA TFLOPs/chip | zoo TFLOPs/chip '
            '| HBM GB/chip | compile s |', '|' + '---|' * 12]
@@ -256,12 +269,14 @@ def table(result: dict) -> str:
                    f"{', '.join(c['axes']) or '-'} | {c['count']} | "
                    f"{c['bytes'] / 1e6:.2f} |")
   e = result['estimate']
+  rate = (f"{e['tokens_per_second']:,.0f} tokens/s "
+          f"({e['tokens_per_second_per_chip']:,.0f} per chip)" if seq_len
+          else f"{e['images_per_second']:,.0f} images/s")
   lines += ['', f"Estimate (a roofline of XLA's costs at the chip's peak "
             f"{result['peak_tflops']:.0f} TFLOP/s and "
             f"{result['hbm_gbps']:.0f} GB/s, collectives not counted): "
             f"{e['step_seconds'] * 1e3:.1f} ms per step "
-            f"({e['bound']}-bound), {e['images_per_second']:,.0f} images/s, "
-            f"MFU {e['mfu']:.0%}."]
+            f"({e['bound']}-bound), {rate}, MFU {e['mfu']:.0%}."]
   if 'max_batch_size' in result:
     lines.append(f"Largest global batch that fits: "
                  f"{result['max_batch_size']}.")
@@ -288,22 +303,32 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
   logging.info('Compiling %s for %d x %s: the train step, then the eval '
                'step%s.', name or 'the config', num_slices, slice_.name,
                ', then the largest batch that fits' if max_batch else '')
+  num_classes, shape = input_shape(config)  # Before libtpu starts.
   devices = topology.devices(slice_, num_slices)
   eval_batch_size = experiment.check_batch_sizes(config, len(devices))
-  num_classes, shape = input_shape(config)
   strategy = experiment.training(config, num_classes, shape,
                                  STAND_IN_STEPS_PER_EPOCH,
                                  STAND_IN_STEPS_PER_EPOCH, devices).strategy
   steps = [compile_step(strategy, 'train', config.batch_size, shape),
            compile_step(strategy, 'eval', eval_batch_size, shape)]
-  kwargs = {k: v for k, v in config.model_kwargs.items()
-            if k != 'attention_impl'}
-  gflops = zoo.model_info(config.model, input_shape=shape,
-                          num_classes=num_classes, **kwargs).gflops
+  tokens = datasets.is_tokens(config.dataset)
+  if tokens:  # MaxText's count, per sequence; a forward is a third.
+    per_token = analysis.train_flops_per_token(
+        experiment.create_model(config, 0), shape[0])
+    gflops = per_token * shape[0] / 3 / 1e9
+  else:
+    kwargs = {k: v for k, v in config.model_kwargs.items()
+              if k != 'attention_impl'}
+    gflops = zoo.model_info(config.model, input_shape=shape,
+                            num_classes=num_classes, **kwargs).gflops
   train = steps[0]
-  estimate = analysis.estimate(chip, len(devices), train.cost,
-                               train.batch_size,
-                               3 * gflops * 1e9 * train.batch_size)
+  estimate = dataclasses.asdict(analysis.estimate(
+      chip, len(devices), train.cost, train.batch_size,
+      3 * gflops * 1e9 * train.batch_size))
+  if tokens:
+    estimate['tokens_per_second'] = estimate['images_per_second'] * shape[0]
+    estimate['tokens_per_second_per_chip'] = (estimate['tokens_per_second']
+                                              / len(devices))
   grid, axes = _device_grid(strategy)
   result = {
       'config': name, 'topology': slice_.name, 'num_slices': num_slices,
@@ -315,8 +340,11 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
       'steps': [dict(_as_dict(s, chip), model_flops_per_chip=(
           (3 if s.step == 'train' else 1) * gflops * 1e9 * s.batch_size
           / len(devices))) for s in steps],
-      'estimate': dataclasses.asdict(estimate),
+      'estimate': estimate,
   }
+  if tokens:
+    result.update(seq_len=shape[0],
+                  train_gflops_per_token=per_token / 1e9)
   if max_batch:
     unit, _ = strategies.batch_divisor(experiment.parallel_settings(config),
                                        len(devices))

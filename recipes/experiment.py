@@ -23,6 +23,7 @@ from recipes.data import datasets
 from recipes.data.images.preprocess import Preprocessing
 from recipes.data.pipeline import in_memory
 from recipes.data.pipeline.dataset import Dataset
+from recipes.data.sources import array_records
 from recipes.parallel import strategy as strategies
 from recipes.parallel.strategy import ParallelSettings
 from recipes.runtime.errors import UserError, check_divisible
@@ -332,6 +333,10 @@ def check_data_kind(config: ml_collections.ConfigDict):
                     'recipes.data.prepare SRC DIR --tokenizer=FILE '
                     '--seq_len=N.')
   if not tokens:
+    if config.seq_len:
+      raise UserError(f'seq_len is for token sequences, and dataset '
+                      f'{config.dataset!r} holds images; set --config.'
+                      'seq_len=0.')
     return
   for field in ('label_smoothing', 'mixup_alpha', 'cutmix_alpha'):
     if config[field]:
@@ -356,12 +361,48 @@ def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
                     f'more than the {model.vocab_size:,} of {config.model}\'s '
                     'vocabulary; prepare the text with the model\'s own '
                     'tokenizer, or set --config.model_kwargs.vocab_size.')
+  if config.seq_len and config.seq_len != seq_len:
+    raise UserError(f'{config.dataset} holds sequences of {seq_len:,} '
+                    f'tokens, not the seq_len={config.seq_len:,} of the '
+                    'config; set --config.seq_len='
+                    f'{seq_len} (or 0), or prepare the text with --seq_len='
+                    f'{config.seq_len}.')
   if seq_len > model.max_length:
     raise UserError(f'{config.dataset} holds sequences of {seq_len:,} '
                     f'tokens, more than the {model.max_length:,} positions '
                     f'of {config.model}; prepare it with --seq_len='
                     f'{model.max_length} or less, or set '
                     '--config.model_kwargs.max_length.')
+
+
+def sequence_length(config: ml_collections.ConfigDict) -> int:
+  """The tokens per sequence of a language model's data, without reading
+  it: `seq_len` of the config, or of the manifest of tokens:PATH where PATH
+  is prepared already (for recipes/compile.py).
+
+  Raises:
+    UserError: when neither gives it, when they differ, or for more tokens
+      than the model's positions.
+  """
+  path = config.dataset.partition(':')[2]
+  manifest = array_records.read_manifest(path) if path else None
+  prepared = (manifest or {}).get('tokens', {}).get('seq_len')
+  seq_len = config.seq_len or prepared
+  if not seq_len:
+    raise UserError(f'the sequence length of {config.dataset} is not known '
+                    'before it is prepared: set --config.seq_len=N (the '
+                    '--seq_len of python -m recipes.data.prepare).')
+  if prepared and seq_len != prepared:
+    raise UserError(f'{config.dataset} holds sequences of {prepared:,} '
+                    f'tokens, not the seq_len={seq_len:,} of the config; '
+                    f'set --config.seq_len={prepared} (or 0).')
+  max_length = create_model(config, 0).max_length
+  if seq_len > max_length:
+    raise UserError(f'seq_len={seq_len:,} is more than the {max_length:,} '
+                    f'positions of {config.model}; set --config.seq_len='
+                    f'{max_length} or less, or --config.model_kwargs.'
+                    'max_length.')
+  return seq_len
 
 
 def build(config: ml_collections.ConfigDict) -> Experiment:

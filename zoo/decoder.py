@@ -12,12 +12,12 @@ test_convert_transformers_decoder.py compares):
   gpt2, gpt2_medium          GPT-2 (Radford et al. 2019): learned positions,
       layer norm, an MLP with the tanh GELU (transformers' `gelu_new`),
       biases everywhere, the head tied to the token embedding.
-  smollm2_135m, smollm2_360m, llama3_2_1b, qwen2_5_0_5b   the Llama shape
-      (Touvron et al. 2023): rotary position embeddings (RoPE; Llama 3's
+  smollm2_135m, smollm2_360m, llama3_2_1b, llama3_8b, qwen2_5_0_5b
+      the Llama shape (Touvron et al. 2023): rotary position embeddings (RoPE; Llama 3's
       frequency scaling for llama3_2_1b), grouped-query attention, RMS norm,
       the SwiGLU MLP, no biases (but Qwen2's on the query, key and value
       projections), tied embeddings (`tie_embeddings=False`: a separate
-      head, as Llama 3 8B has).
+      head, as Llama 3 8B has: llama3_8b).
 
 Attention is causal, through `jax.nn.dot_product_attention` (`attention_impl`
 as the ViT's: 'auto', 'xla', 'cudnn'); `mask` (batch, length), True for real
@@ -264,6 +264,10 @@ _LLAMA = dict(_TEXT, test_kwargs=dict(vocab_size=97, hidden_size=32,
           num_heads=32, num_kv_heads=8, mlp_dim=8192, max_length=131072,
           rope_theta=500000.0, rope_scaling=(32.0, 1.0, 4.0, 8192),
           reference_params=1_235_814_400, **_LLAMA)
+@register('llama3_8b', vocab_size=128256, hidden_size=4096, num_layers=32,
+          num_heads=32, num_kv_heads=8, mlp_dim=14336, max_length=8192,
+          rope_theta=500000.0, tie_embeddings=False,
+          reference_params=8_030_261_248, **_LLAMA)
 @register('qwen2_5_0_5b', vocab_size=151936, hidden_size=896, num_layers=24,
           num_heads=14, num_kv_heads=2, mlp_dim=4864, max_length=32768,
           rope_theta=1000000.0, norm_epsilon=1e-6, qkv_bias=True,

@@ -233,3 +233,34 @@ def estimate(chip: Chip, num_chips: int, cost_per_chip: Cost,
       step_seconds=seconds, images_per_second=batch_size / seconds,
       mfu=model_flops_per_step / (seconds * num_chips * chip.peak_bf16_flops),
       bound='compute' if compute >= traffic else 'memory')
+
+
+def train_flops_per_token(model, seq_len: int) -> float:
+  """The training FLOPs per token of a decoder (zoo/decoder.py) on
+  sequences of `seq_len` tokens, as MaxText counts them for its MFU
+  (`calculate_tflops_training_per_device` in its maxtext_utils.py): 3 x
+  (forward and backward) the forward's 2 FLOPs per multiply-add of each
+  weight matrix (attention's query, key, value and output projections, the
+  MLP's, the output head), plus the attention's own products, halved for
+  the causal mask; the embedding lookup, norms and biases not counted.
+
+  Args:
+    model: a zoo Decoder (its dimensions are read).
+    seq_len: the tokens per sequence.
+
+  Returns:
+    FLOPs per token of one train step.
+  """
+  heads = model.num_heads
+  kv_heads = model.num_kv_heads or heads
+  head_dim = model.head_dim or model.hidden_size // heads
+  width = model.hidden_size
+  qkv = width * (heads + 2 * kv_heads) * head_dim
+  projection = heads * head_dim * width
+  mlp = (3 if model.mlp == 'swiglu' else 2) * width * model.mlp_dim
+  weights = model.num_layers * (qkv + projection + mlp) + (
+      width * model.vocab_size)
+  # QK^T and the weighted values: 2 x 2 x seq_len x head_dim per head and
+  # token, half of it under the causal mask.
+  attention = model.num_layers * 4 * seq_len * heads * head_dim / 2
+  return 3 * (2 * weights + attention)

@@ -124,6 +124,11 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'records:PATH (made by python -m recipes.data.prepare); for a '
               'language model, tokens:PATH (packed token sequences made by '
               'python -m recipes.data.prepare --tokenizer=FILE --seq_len=N).'),
+        Field('seq_len', 0, integer(0),
+              'For a language model, the tokens per sequence: what python '
+              '-m recipes.compile compiles for when tokens:PATH is not '
+              'prepared yet, and what a run checks PATH was prepared with; '
+              '0 = as PATH was prepared (its manifest).'),
         Field('data_dir', '', text(),
               "Where the data is; '' = TFDS's default directory."),
         Field('train_split', 'train', text(non_empty=True),

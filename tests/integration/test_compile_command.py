@@ -15,9 +15,11 @@ from absl import flags
 from absl import logging as absl_logging
 from absl.testing import flagsaver
 
+import zoo
+from configs import text_llama3_8b_pod
 from recipes import compile as aot_compile
 from recipes import experiment
-from recipes.aot import chips, topology
+from recipes.aot import analysis, chips, topology
 from recipes.config import command_line, defaults
 from tests.helpers import ROOT, command_env
 
@@ -87,6 +89,50 @@ def test_a_bad_flag_ends_the_process_with_one_line_and_status_1():
 def test_bad_flags_are_one_line_before_anything_compiles(error_of, args,
                                                          says):
   assert error_of(*args).startswith(says)
+
+
+LANGUAGE_MODEL = f'--config={ROOT}/configs/text_llama3_2_1b_pod.py'
+
+
+@pytest.mark.parametrize('args, fields, says', [
+    ([], dict(seq_len=16), 'error: seq_len is for token sequences, and '
+     "dataset 'fashion_mnist_idx' holds images; set --config.seq_len=0."),
+    ([LANGUAGE_MODEL], dict(seq_len=0), 'error: the sequence length of '
+     'tokens:/data/llama3_tokens_2048 is not known before it is prepared: '
+     'set --config.seq_len=N'),
+    ([LANGUAGE_MODEL], dict(seq_len=200000), 'error: seq_len=200,000 is '
+     'more than the 131,072 positions of llama3_2_1b; set --config.seq_len='
+     '131072 or less'),
+])
+def test_a_bad_sequence_length_is_one_line_before_anything_compiles(
+    error_of, args, fields, says):
+  assert error_of('--topology=v5e:2x2', *args, **fields).startswith(says)
+
+
+@needs_libtpu
+def test_a_language_model_compiles_at_test_size_without_its_data():
+  """Two compiles of a test-size decoder (a few seconds): the token batch,
+  MaxText's FLOPs per token and tokens/s; the data does not exist."""
+  config = text_llama3_8b_pod.get_config()
+  config.model_kwargs = {**config.model_kwargs.to_dict(),
+                         **zoo.spec('llama3_8b').test_kwargs}
+  config.update(batch_size=16, eval_batch_size=16, seq_len=16)
+  result = aot_compile.compile_config(config, 'v5e:2x2', name='tiny')
+  assert result['seq_len'] == 16
+  assert result['mesh'] == {'data': 1, 'fsdp': 4, 'tensor': 1}
+  assert all(s['memory']['fits'] for s in result['steps'])
+  model = experiment.create_model(config, 0)
+  assert result['train_gflops_per_token'] * 1e9 == pytest.approx(
+      analysis.train_flops_per_token(model, 16))
+  estimate = result['estimate']
+  assert estimate['tokens_per_second'] == pytest.approx(
+      16 * estimate['images_per_second'])
+  assert estimate['tokens_per_second_per_chip'] == pytest.approx(
+      estimate['tokens_per_second'] / 4)
+  assert 0 < estimate['mfu'] < 1
+  text = aot_compile.table(result)
+  assert 'GFLOPs per token to train at 16 tokens a sequence' in text
+  assert ' per chip), MFU ' in text
 
 
 @pytest.mark.slow  # A process and two compiles.

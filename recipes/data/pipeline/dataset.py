@@ -110,16 +110,25 @@ def process_slice(batch_size: int) -> tuple[int, int]:
 def batch_shapes(batch_size: int, image_shape: tuple[int, ...],
                  evaluation: bool = False) -> dict[str, jax.ShapeDtypeStruct]:
   """The shapes and dtypes of a global batch as every dataset yields it:
-  `image` float32, `label` int32 and, to evaluate, `mask` bool.
+  `image` float32, `label` int32 and, to evaluate, `mask` bool; for token
+  sequences (image_shape (seq_len,)), as recipes/data/pipeline/
+  token_batches.py yields them: `inputs`, `targets`, `segment_ids`,
+  `positions` int32 and `mask` bool, each [batch, seq_len].
 
   Args:
     batch_size: the global batch.
-    image_shape: one image's shape, HWC.
-    evaluation: add the eval batches' `mask`.
+    image_shape: one image's shape, HWC; (seq_len,) for token sequences.
+    evaluation: add the eval batches' `mask` (token batches always have
+      it).
 
   Returns:
     {name: jax.ShapeDtypeStruct}, for compiling the steps without data.
   """
+  if len(image_shape) == 1:  # Token sequences.
+    rows = (batch_size, *image_shape)
+    return {**{k: jax.ShapeDtypeStruct(rows, np.int32) for k in (
+        'inputs', 'targets', 'segment_ids', 'positions')},
+            'mask': jax.ShapeDtypeStruct(rows, np.bool_)}
   shapes = {'image': jax.ShapeDtypeStruct((batch_size, *image_shape),
                                           np.float32),
             'label': jax.ShapeDtypeStruct((batch_size,), np.int32)}

@@ -81,6 +81,7 @@ def _test_data(config, data_dir):
   sequences of the test-size models' length for a language model's."""
   if datasets.is_tokens(config.dataset):
     config.dataset = f'tokens:{write_token_dir(data_dir, seq_len=16)}'
+    config.seq_len = 16 if config.seq_len else 0
   if config.dataset in datasets.OFFLINE_DATASETS:
     write_fashion_mnist(str(data_dir), num_train=32, num_test=20)
     config.data_dir = str(data_dir)

@@ -4,8 +4,13 @@ needed: the HLO lines are XLA's own forms)."""
 import numpy as np
 import pytest
 
+import zoo
+from recipes import experiment
 from recipes.aot import analysis, chips
+from recipes.config import defaults
+from recipes.data.pipeline import dataset, token_batches
 from recipes.runtime.errors import UserError
+from tests.helpers import write_token_dir
 
 
 def test_a_topology_is_its_chip_and_shape():
@@ -113,3 +118,46 @@ def test_the_roofline_takes_the_slower_of_compute_and_memory():
       chip, 4, analysis.Cost(flops=1e12, bytes_accessed=2400e9), 8, 1e12)
   assert (memory_bound.bound, memory_bound.step_seconds) == ('memory',
                                                               pytest.approx(2))
+
+
+def test_a_decoders_flops_per_token_are_maxtexts_count():
+  """6 x the weights used as matrices (the untied head, not the embedding
+  lookup nor the norms) + the causal attention's: 5.15e10 for Llama 3 8B
+  at 8,192 tokens; MaxText's count before the causal halving, 5.79e10, is
+  the one its published Llama 3.1 8B recipes divide by."""
+  model = zoo.create('llama3_8b')
+  norms = (2 * 32 + 1) * 4096
+  weights = 8_030_261_248 - 128256 * 4096 - norms
+  attention = 6 * 32 * 8192 * 32 * 128  # 3 x 4 x S x heads x head_dim / 2
+  per_token = analysis.train_flops_per_token(model, 8192)
+  assert per_token == 6 * weights + attention
+  assert per_token + attention == pytest.approx(5.79e10, rel=1e-3)
+  # Tied: the head is the embedding, counted once.
+  small = zoo.create('llama3_2_1b')
+  assert analysis.train_flops_per_token(small, 1) == pytest.approx(
+      6 * (1_235_814_400 - 33 * 2048) + 6 * 16 * 32 * 64, rel=1e-9)
+
+
+def test_token_batches_compile_as_the_pipeline_yields_them(tmp_path):
+  shapes = dataset.batch_shapes(8, (16,))
+  data = token_batches.open(write_token_dir(tmp_path, seq_len=16),
+                            eval_splits=['validation'])
+  batch = next(data.train_batches(batch_size=8, seed=0, start_step=0,
+                                  num_steps=1))
+  assert {k: (v.shape, v.dtype) for k, v in shapes.items()} == {
+      k: (v.shape, v.dtype) for k, v in batch.items()}
+  assert dataset.batch_shapes(8, (16,), evaluation=True) == shapes
+
+
+def test_the_sequence_length_is_the_configs_or_the_prepared_datas(tmp_path):
+  config = defaults.get_config()
+  config.update(model='smollm2_135m', seq_len=64,
+                dataset=f'tokens:{tmp_path}/not_yet')
+  assert experiment.sequence_length(config) == 64
+  config.dataset = f'tokens:{write_token_dir(tmp_path, seq_len=16)}'
+  config.seq_len = 0
+  assert experiment.sequence_length(config) == 16
+  config.seq_len = 32
+  with pytest.raises(UserError, match='holds sequences of 16 tokens, not '
+                     'the seq_len=32 of the config; set --config.seq_len=16'):
+    experiment.sequence_length(config)
