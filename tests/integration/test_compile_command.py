@@ -109,6 +109,7 @@ def test_a_bad_sequence_length_is_one_line_before_anything_compiles(
   assert error_of('--topology=v5e:2x2', *args, **fields).startswith(says)
 
 
+@pytest.mark.slow  # Two libtpu compiles.
 @needs_libtpu
 def test_a_language_model_compiles_at_test_size_without_its_data():
   """Two compiles of a test-size decoder (a few seconds): the token batch,
