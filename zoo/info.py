@@ -22,7 +22,6 @@ import math
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from zoo import registry
 
