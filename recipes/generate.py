@@ -37,7 +37,6 @@ line and exit status 1 (2 for a usage error).
 import argparse
 import math
 import os
-import re
 import sys
 import time
 
@@ -47,19 +46,16 @@ import numpy as np
 from flax import traverse_util
 
 from recipes import export
-from recipes.checkpoint import resume
+from recipes.checkpoint import resume, transformers_files
 from recipes.checkpoint.converted import MODEL_FILE
 from recipes.data.text import tokenizer as tokenizer_lib
 from recipes.runtime import library_noise
 from recipes.runtime.errors import UserError, shorten
-from zoo import convert, download, generation, pretrained, registry
+from zoo import convert, download, generation, registry
 from zoo.convert import transformers_decoder
 from zoo.convert.transfer import target_shapes
 from zoo.decoder import Decoder
 
-# The files of a transformers checkpoint folder, in the order they are tried.
-_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
-_REPO = re.compile(r'^[\w.-]+/[\w.-]+$')
 _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
@@ -221,10 +217,9 @@ def load(weights: str, name: str | None, dtype=jnp.float32):
   zoo checkpoint."""
   path = os.path.expanduser(weights)
   if os.path.isdir(path):
-    files = [os.path.join(path, f) for f in _WEIGHTS
-             if os.path.isfile(os.path.join(path, f))]
-    if files:
-      return (*_transformers(files[0], name, dtype), path)
+    file = transformers_files.weights_in(path)
+    if file:
+      return (*_transformers(file, name, dtype), path)
     if os.path.isfile(os.path.join(path, 'model.safetensors.index.json')):
       raise UserError(f'the folder {path} holds a transformers model in '
                       'several files (model.safetensors.index.json), which '
@@ -233,7 +228,8 @@ def load(weights: str, name: str | None, dtype=jnp.float32):
     if not any(os.path.isfile(os.path.join(path, *up, record))
                for up in ((), ('..',), ('..', '..'))
                for record in ('config.json', MODEL_FILE)):
-      raise UserError(f'the folder {path} holds none of {", ".join(_WEIGHTS)}'
+      raise UserError(f'the folder {path} holds none of '
+                      f'{", ".join(transformers_files.WEIGHTS)}'
                       " (a transformers model), nor is it a zoo checkpoint "
                       '(a workdir, one of its checkpoints, or a directory '
                       'python -m recipes.convert wrote).')
@@ -241,17 +237,12 @@ def load(weights: str, name: str | None, dtype=jnp.float32):
   if os.path.isfile(path):
     return (*_transformers(path, name, dtype),
             os.path.dirname(os.path.abspath(path)))
-  if not _REPO.match(weights) or os.path.exists(os.path.dirname(path)):
+  if (not transformers_files.names_a_repository(weights) or
+      os.path.exists(os.path.dirname(path))):
     raise UserError(f'there is no {weights}; give a transformers folder or '
                     'file, a Hub repository (HuggingFaceTB/SmolLM2-135M), '
                     "or a zoo decoder's workdir or checkpoint.")
-  downloads = os.path.join(pretrained.cache_dir(), 'downloads')
-  file = download.fetch(f'hf://{weights}/model.safetensors', downloads)
-  try:  # Optional: it names the special tokens.
-    download.fetch(f'hf://{weights}/tokenizer_config.json', downloads)
-  except download.DownloadError:
-    pass
-  tokenizer = download.fetch(f'hf://{weights}/tokenizer.json', downloads)
+  file, tokenizer = transformers_files.fetch(weights, ['tokenizer.json'])
   return (*_transformers(file, name, dtype), tokenizer)
 
 

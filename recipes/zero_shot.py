@@ -29,7 +29,6 @@ one line and exit status 1 (2 for a usage error).
 import argparse
 import csv
 import os
-import re
 import sys
 import time
 
@@ -40,6 +39,7 @@ from recipes.runtime import library_noise
 library_noise.import_tensorflow()  # Before anything else loads it.
 
 # pylint: disable=wrong-import-position
+from recipes.checkpoint import transformers_files
 from recipes.core import zero_shot
 from recipes.data.images import decoding
 from recipes.data.images.preprocess import Preprocessing
@@ -48,17 +48,14 @@ from recipes.data.text import prompts
 from recipes.data.text import tokenizer as tokenizer_lib
 from recipes.runtime.errors import UserError, shorten
 from recipes.runtime.progress import Progress
-from zoo import convert, download, pretrained
+from zoo import convert, download
 from zoo.convert import transformers_siglip
 
 # pylint: enable=wrong-import-position
 
-# The files of a transformers checkpoint folder, in the order they are tried.
-_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
 # A Hub repository's tokenizer: SigLIP's SentencePiece model or SigLIP 2's
 # tokenizer.json; tokenizer_config.json names its padding.
 _HUB_TOKENIZER = ('tokenizer.json', 'spiece.model')
-_REPO = re.compile(r'^[\w.-]+/[\w.-]+$')
 TOP = 5  # The accuracy counted beside top-1.
 
 
@@ -182,27 +179,16 @@ def _weights(weights: str) -> tuple[str, str]:
   the Hub repository `weights`."""
   path = os.path.expanduser(weights)
   if os.path.isdir(path):
-    files = [os.path.join(path, f) for f in _WEIGHTS
-             if os.path.isfile(os.path.join(path, f))]
-    if not files:
-      raise UserError(f'the folder {path} holds none of {", ".join(_WEIGHTS)}'
+    file = transformers_files.weights_in(path)
+    if not file:
+      raise UserError(f'the folder {path} holds none of '
+                      f'{", ".join(transformers_files.WEIGHTS)}'
                       "; give a transformers SiglipModel's folder or file.")
-    return files[0], path
-  if os.path.exists(path) or not _REPO.match(weights):
+    return file, path
+  if os.path.exists(path) or not transformers_files.names_a_repository(
+      weights):
     return path, os.path.dirname(os.path.abspath(path))
-  downloads = os.path.join(pretrained.cache_dir(), 'downloads')
-  file = download.fetch(f'hf://{weights}/model.safetensors', downloads)
-  try:  # Optional: it names the padding.
-    download.fetch(f'hf://{weights}/tokenizer_config.json', downloads)
-  except download.DownloadError:
-    pass
-  for i, name in enumerate(_HUB_TOKENIZER):
-    try:
-      return file, download.fetch(f'hf://{weights}/{name}', downloads)
-    except download.DownloadError:
-      if i == len(_HUB_TOKENIZER) - 1:
-        raise
-  raise AssertionError  # Unreachable: the last failure is raised.
+  return transformers_files.fetch(weights, _HUB_TOKENIZER)
 
 
 def load_siglip(file: str, image: str | None = None):
