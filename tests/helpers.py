@@ -145,6 +145,18 @@ def write_token_dir(folder, seq_len: int = 16, num_train: int = 160,
   return dst
 
 
+def train_error(config, workdir) -> str:
+  """The one line `recipes.train` ends with for `config` in `workdir`,
+  checked to be one line starting 'error: '."""
+  from recipes import train  # pylint: disable=import-outside-toplevel
+  with pytest.raises(SystemExit) as exit_:
+    train.run(config, str(workdir))
+  line = exit_.value.code
+  assert isinstance(line, str) and '\n' not in line, line
+  assert line.startswith('error: '), line
+  return line
+
+
 def tiny_config(**overrides):
   """The defaults with a short schedule, under pmap: the classic recipe,
   which the tests of features shared by every strategy run (the strategies'

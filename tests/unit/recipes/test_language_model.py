@@ -19,7 +19,7 @@ from recipes.core import state_spec, steps
 from recipes.data import datasets
 from recipes.runtime import lease
 from tests.helpers import (read_scalars, saved_params, tiny_config,
-                           write_token_dir)
+                           train_error, write_token_dir)
 
 # Tiny models for a few steps: compiling dominates (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures('fast_compiles')
@@ -201,11 +201,8 @@ def test_eval_mode_gives_the_runs_perplexity_on_the_held_out_split(
 
 
 def _error(config, workdir) -> str:
-  with pytest.raises(SystemExit) as exit_:
-    train.run(config, str(workdir))
-  line = exit_.value.code
-  assert isinstance(line, str) and '\n' not in line, line
-  assert line.startswith('error: '), line
+  """The one line, and nothing written in `workdir`."""
+  line = train_error(config, workdir)
   assert not {'checkpoints', 'config.json', 'summaries'} & set(
       os.listdir(workdir) if os.path.exists(workdir) else ())
   return line

@@ -14,7 +14,8 @@ from recipes import train
 from recipes.config import command_line
 from recipes.runtime import lease
 from recipes.runtime.errors import UserError
-from tests.helpers import ROOT, config_from_command_line, write_fashion_mnist
+from tests.helpers import (ROOT, config_from_command_line, train_error,
+                           write_fashion_mnist)
 
 pytestmark = pytest.mark.usefixtures('fast_compiles')  # A tiny MLP.
 
@@ -26,16 +27,6 @@ def _config(*overrides):
   --config.num_train_steps=2 OVERRIDES...`."""
   return config_from_command_line(['train', f'--config={CONFIG}',
                                    '--config.num_train_steps=2', *overrides])
-
-
-def _error(config, workdir) -> str:
-  """The one line the command ends with for `config` in `workdir`."""
-  with pytest.raises(SystemExit) as exit_:
-    train.run(config, str(workdir))
-  line = exit_.value.code
-  assert isinstance(line, str) and '\n' not in line, line
-  assert line.startswith('error: '), line
-  return line
 
 
 def _hashes(directory):
@@ -65,27 +56,28 @@ def _empty_dir(tmp_path):
 
 
 def test_batch_size_not_divisible_by_devices(data_dir, tmp_path):
-  line = _error(_config(f'--config.data_dir={data_dir}',
+  line = train_error(_config(f'--config.data_dir={data_dir}',
                         '--config.batch_size=100'), tmp_path / 'work')
   assert line == ('error: batch_size 100 is not divisible by the 8 devices; '
                   'use a multiple of 8, e.g. 96 or 104.')
 
 
 def test_unknown_model(data_dir, tmp_path):
-  line = _error(_config(f'--config.data_dir={data_dir}',
+  line = train_error(_config(f'--config.data_dir={data_dir}',
                         '--config.model=cnnn'), tmp_path / 'work')
   assert line.startswith("error: unknown model 'cnnn'") and "'cnn'" in line
 
 
 def test_unknown_dataset(data_dir, tmp_path):
-  line = _error(_config(f'--config.data_dir={data_dir}',
+  line = train_error(_config(f'--config.data_dir={data_dir}',
                         '--config.dataset=fashon_mnist'), tmp_path / 'work')
   assert line.startswith("error: unknown dataset 'fashon_mnist'")
   assert "'fashion_mnist'" in line
 
 
 def test_fashion_mnist_files_missing(tmp_path, empty_dir):
-  line = _error(_config(f'--config.data_dir={empty_dir}'), tmp_path / 'work')
+  line = train_error(_config(f'--config.data_dir={empty_dir}'),
+                     tmp_path / 'work')
   assert line.startswith('error: Fashion-MNIST files not found')
   assert 'apt-get install -y dataset-fashion-mnist' in line
 
@@ -96,7 +88,7 @@ def test_mnist_not_downloadable(tmp_path, empty_dir, monkeypatch):
   proxy = 'http://127.0.0.1:9'
   for name in ('HTTPS_PROXY', 'HTTP_PROXY', 'https_proxy', 'http_proxy'):
     monkeypatch.setenv(name, proxy)
-  line = _error(_config('--config.dataset=mnist',
+  line = train_error(_config('--config.dataset=mnist',
                         f'--config.data_dir={empty_dir}'), tmp_path / 'work')
   assert line.startswith("error: dataset 'mnist' is not prepared")
   assert 'machine with internet' in line and 'data_dir' in line
@@ -112,7 +104,7 @@ def test_mnist_not_downloadable(tmp_path, empty_dir, monkeypatch):
 ])
 def test_config_value_out_of_range_from_the_command_line(data_dir, tmp_path,
                                                          flag, expected):
-  line = _error(_config(f'--config.data_dir={data_dir}', flag),
+  line = train_error(_config(f'--config.data_dir={data_dir}', flag),
                 tmp_path / 'work')
   assert line == f'error: {expected}'
   assert not (tmp_path / 'work').exists()  # Checked before anything else.
@@ -146,7 +138,7 @@ def test_config_in_a_directory_with_a_colon_in_its_name(tmp_path):
   loaded = command_line.ConfigFileParser().parse(str(config))
   assert loaded.model == _config().model
   loaded.log_every_steps = 0
-  assert _error(loaded, tmp_path / 'work') == (
+  assert train_error(loaded, tmp_path / 'work') == (
       'error: config field log_every_steps is 0; it must be an int >= 1.')
 
 
@@ -154,13 +146,13 @@ def test_workdir_not_writable(data_dir, tmp_path):
   # A directory under a regular file cannot be made, even by root.
   (tmp_path / 'file').write_text('')
   workdir = tmp_path / 'file' / 'work'
-  line = _error(_config(f'--config.data_dir={data_dir}'), workdir)
+  line = train_error(_config(f'--config.data_dir={data_dir}'), workdir)
   assert line == (f"error: cannot write to workdir '{workdir}' (Not a "
                   'directory); choose a writable --workdir.')
 
 
 def test_mesh_does_not_match_the_devices(data_dir, tmp_path):
-  line = _error(_config(f'--config.data_dir={data_dir}',
+  line = train_error(_config(f'--config.data_dir={data_dir}',
                         '--config.strategy=sharded', '--config.mesh.data=3'),
                 tmp_path / 'work')
   assert line == ('error: mesh --config.mesh.data=3 --config.mesh.fsdp=1 '
@@ -169,7 +161,7 @@ def test_mesh_does_not_match_the_devices(data_dir, tmp_path):
 
 
 def test_nothing_to_train(data_dir, tmp_path):
-  line = _error(_config(f'--config.data_dir={data_dir}',
+  line = train_error(_config(f'--config.data_dir={data_dir}',
                         '--config.batch_size=16', '--config.num_train_steps=0',
                         '--config.num_epochs=0'),
                 tmp_path / 'work')
@@ -185,7 +177,7 @@ def test_a_url_with_a_slash_missing_is_one_line_before_anything_runs(
   url = 'gs:/bucket/run'
   config = _config(*([f'--config.{field}={url}'] if field != 'workdir'
                      else []))
-  line = _error(config, url if field == 'workdir' else tmp_path / 'work')
+  line = train_error(config, url if field == 'workdir' else tmp_path / 'work')
   assert line == (
       "error: 'gs:/bucket/run' looks like a URL with a slash missing; write "
       "'gs://bucket/run' (or ./gs:/bucket/run for a local directory of that "
@@ -194,7 +186,7 @@ def test_a_url_with_a_slash_missing_is_one_line_before_anything_runs(
 
 
 def test_a_huge_value_is_cut_to_a_readable_line(data_dir, tmp_path):
-  line = _error(_config(f'--config.data_dir={data_dir}',
+  line = train_error(_config(f'--config.data_dir={data_dir}',
                         '--config.model=' + 'x' * 100_000), tmp_path / 'work')
   assert len(line) < 1100
   assert line.startswith("error: unknown model 'xxxx")
@@ -206,7 +198,7 @@ def test_a_huge_value_is_cut_to_a_readable_line(data_dir, tmp_path):
 def test_a_workdir_with_brackets_is_one_line_and_nothing_is_written(
     data_dir, tmp_path):
   workdir = tmp_path / 'sweep[3]'
-  line = _error(_config(f'--config.data_dir={data_dir}'), workdir)
+  line = train_error(_config(f'--config.data_dir={data_dir}'), workdir)
   assert line.startswith(f"error: '{workdir}' has '[' or ']' in it")
   assert not workdir.exists()
 
@@ -228,7 +220,7 @@ def _trained(tmp_path_factory):
 def test_checkpoint_of_another_model(trained):
   workdir, data = trained
   before = _hashes(workdir)  # Checkpoints, config.json, summaries.
-  line = _error(_config(*data, '--config.model=cnn'), workdir)
+  line = train_error(_config(*data, '--config.model=cnn'), workdir)
   assert line.startswith(f"error: the checkpoint {workdir}/checkpoints/2 does "
                          'not fit this run: params/Conv_0/bias is missing '
                          'there and shape (32,) here')
@@ -246,5 +238,5 @@ def test_bad_input_keeps_the_checkpoint(trained, flag, error):
   before = _hashes(workdir)
   assert 'config.json' in before and 'checkpoints/2/_CHECKPOINT_METADATA' in (
       before)
-  assert _error(_config(*data, flag), workdir).startswith(error)
+  assert train_error(_config(*data, flag), workdir).startswith(error)
   assert _hashes(workdir) == before
