@@ -41,7 +41,6 @@ from zoo.convert.transfer import (ConversionError, Converted, Transfer,
                                   check_family, target_shapes)
 from zoo.siglip import SigLIP
 from zoo.siglip_text import SiglipText
-from zoo.vit import ViT
 
 SOURCE = 'transformers'
 _LINEAR = (1, 0)  # torch's Linear weight (out, in) -> kernel (in, out).
