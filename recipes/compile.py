@@ -79,7 +79,7 @@ def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
       preset keeps, or a sequence length not known or too long.
   """
   experiment.check_data_kind(config)
-  if datasets.is_tokens(config.dataset):
+  if experiment.token_data(config):
     return 0, (experiment.sequence_length(config),)
   preprocessing = experiment.preprocessing(config)
   name = config.dataset
@@ -311,7 +311,7 @@ def compile_config(config, topology_name: str, num_slices: int = 1,
                                  STAND_IN_STEPS_PER_EPOCH, devices).strategy
   steps = [compile_step(strategy, 'train', config.batch_size, shape),
            compile_step(strategy, 'eval', eval_batch_size, shape)]
-  tokens = datasets.is_tokens(config.dataset)
+  tokens = experiment.token_data(config)
   if tokens:  # MaxText's count, per sequence; a forward is a third.
     per_token = analysis.train_flops_per_token(
         experiment.create_model(config, 0), shape[0])

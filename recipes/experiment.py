@@ -19,7 +19,7 @@ from recipes.config import pretrained
 from recipes.core import optimizers, state_spec
 from recipes.core.state_spec import StateSpec
 from recipes.core.train_state import UpdateRules
-from recipes.data import datasets
+from recipes.data import datasets, prepared_text
 from recipes.data.images.preprocess import Preprocessing
 from recipes.data.pipeline import in_memory
 from recipes.data.pipeline.dataset import Dataset
@@ -313,6 +313,27 @@ def tokens_per_step(config: ml_collections.ConfigDict, exp: Experiment
   return config.batch_size * shape[0] if len(shape) == 1 else None
 
 
+def token_data(config: ml_collections.ConfigDict) -> bool:
+  """Whether the run's data is token sequences: prepared (tokens:PATH), or
+  text that `tokenizer` makes into them."""
+  return datasets.is_tokens(config.dataset) or bool(config.tokenizer)
+
+
+def token_dataset(config: ml_collections.ConfigDict) -> str:
+  """The dataset the run reads: `tokens:DIR` for text with a tokenizer,
+  prepared into DIR first where no run has (recipes/data/prepared_text.py),
+  else `config.dataset`."""
+  if not config.tokenizer:
+    return config.dataset
+  if datasets.is_tokens(config.dataset):
+    raise UserError(f'dataset {config.dataset!r} is tokenized already; set '
+                    "--config.tokenizer='' to read it, or name the text "
+                    'itself (jsonl:PATH, fortune:PATH, ...).')
+  return prepared_text.tokens_dataset(config.dataset, config.tokenizer,
+                                      config.seq_len, config.text_column,
+                                      config.data_dir)
+
+
 def check_data_kind(config: ml_collections.ConfigDict):
   """A language model trains on token sequences, and an image model on
   images (known from the names, before the data loads).
@@ -320,7 +341,7 @@ def check_data_kind(config: ml_collections.ConfigDict):
   Raises:
     UserError: naming which is which.
   """
-  tokens = datasets.is_tokens(config.dataset)
+  tokens = token_data(config)
   if is_language_model(config) != tokens:
     if tokens:
       raise UserError(f'dataset {config.dataset!r} holds token sequences, '
@@ -331,7 +352,7 @@ def check_data_kind(config: ml_collections.ConfigDict):
                     f'{config.dataset!r} holds images; give it token '
                     'sequences: --config.dataset=tokens:DIR, from python -m '
                     'recipes.data.prepare SRC DIR --tokenizer=FILE '
-                    '--seq_len=N.')
+                    '--seq_len=N, or text with --config.tokenizer=FILE.')
   if not tokens:
     if config.seq_len:
       raise UserError(f'seq_len is for token sequences, and dataset '
@@ -352,7 +373,7 @@ def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
   Raises:
     UserError: naming what does not fit.
   """
-  if not datasets.is_tokens(config.dataset):
+  if not token_data(config):
     return
   model = create_model(config, 0)
   vocab, (seq_len,) = data.vocab_size, data.image_shape
@@ -421,7 +442,7 @@ def build(config: ml_collections.ConfigDict) -> Experiment:
   eval_batch_size = check_batch_sizes(config, jax.device_count())
   check_data_kind(config)
   splits = eval_splits(config)
-  data = datasets.load(config.dataset, config.data_dir or None,
+  data = datasets.load(token_dataset(config), config.data_dir or None,
                        config.train_split, list(splits.values()),
                        preprocessing(config), config.data_source,
                        encoded_options(config))

@@ -124,13 +124,22 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               'records:PATH (made by python -m recipes.data.prepare); for a '
               'language model, tokens:PATH (packed token sequences made by '
               'python -m recipes.data.prepare --tokenizer=FILE --seq_len=N).'),
+        Field('tokenizer', '', text(),
+              "For a language model on text: the model's tokenizer file or "
+              "folder, or bytes (UTF-8 bytes, 257 ids). The dataset is then "
+              'text, jsonl:PATH, parquet:PATH, hf:NAME_OR_PATH or '
+              'fortune:PATH, tokenized and packed into seq_len-token '
+              'sequences once, in data_dir (default '
+              '~/.cache/jax-model-zoo/tokens), as python -m '
+              'recipes.data.prepare does; later runs read them.'),
         Field('seq_len', 0, integer(0),
               'For a language model, the tokens per sequence: what python '
               '-m recipes.compile compiles for when tokens:PATH is not '
               'prepared yet, and what a run checks PATH was prepared with; '
               '0 = as PATH was prepared (its manifest).'),
         Field('data_dir', '', text(),
-              "Where the data is; '' = TFDS's default directory."),
+              "Where the data is; '' = TFDS's default directory (for text "
+              "with a tokenizer, ~/.cache/jax-model-zoo/tokens)."),
         Field('train_split', 'train', text(non_empty=True),
               "The split trained on; TFDS slicing works for every dataset, "
               "e.g. 'train[:99%]'."),
@@ -162,6 +171,9 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               "hf: the image column; '' = the column of Image type."),
         Field('label_column', '', text(),
               "hf: the label column; '' = the ClassLabel column."),
+        Field('text_column', '', text(),
+              "Text with a tokenizer (jsonl:, parquet:, hf:): the column of "
+              "text; '' = 'text'."),
         Field('data_threads', 0, integer(0, 256, note=' (0 = automatic)'),
               'Streamed own images: batches decoded at once; 0 = two per '
               'core, up to 16.'),

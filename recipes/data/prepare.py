@@ -14,8 +14,9 @@ with one seek per example instead of one file or request each
 --config.dataset=records:DST.
 
 With --tokenizer, SRC is text (jsonl:PATH, parquet:PATH or hf:NAME, its
-column --text_column, 'text' by default), tokenized with the model's own
-tokenizer and packed into sequences of --seq_len tokens
+column --text_column, 'text' by default; or fortune:PATH, the files of the
+fortunes package), tokenized with the model's own tokenizer (or
+--tokenizer=bytes, UTF-8 bytes) and packed into sequences of --seq_len tokens
 (recipes/data/text/token_records.py has the format; --examples_per_shard
 counts documents); a language model trains on the result with
 --config.dataset=tokens:DST. Everything else is the same for both: the
@@ -95,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                       'its manifest (after preparing, when SRC is given)')
   parser.add_argument('--tokenizer', default='',
                       help="text: the model's tokenizer.json, SentencePiece "
-                      '.model file, or folder holding one')
+                      '.model file, or folder holding one; or bytes (UTF-8 '
+                      'bytes, 257 ids)')
   parser.add_argument('--seq_len', type=int, default=None,
                       help='text: tokens in each packed sequence (with '
                       '--tokenizer)')
@@ -210,7 +212,8 @@ def prepare(src: str, dst: str, examples_per_shard: int = (
 
   Args:
     src: folder:PATH, hf:NAME, records:PATH, a TFDS name or
-      fashion_mnist_idx; with `text`, jsonl:PATH, parquet:PATH or hf:NAME.
+      fashion_mnist_idx; with `text`, jsonl:PATH, parquet:PATH, hf:NAME or
+      fortune:PATH.
     dst: a new or empty local directory, or one that an earlier prepare of
       the same `src` and settings left (finished or not).
     examples_per_shard: examples (documents, for text) in each shard but
@@ -328,16 +331,18 @@ def _check_text(src: str, text: Text):
   """The text flags, before anything is read."""
   if not text.tokenizer or text.seq_len is None:
     raise UserError('text needs both --tokenizer=FILE and --seq_len=N (and '
-                    'SRC jsonl:PATH, parquet:PATH or hf:NAME).')
+                    'SRC jsonl:PATH, parquet:PATH, hf:NAME or '
+                    'fortune:PATH).')
   token_records.check_seq_len(text.seq_len)
   if not _text_prefix(src):
     raise UserError(f'SRC {src!r} is not text: with --tokenizer, give '
-                    'jsonl:PATH, parquet:PATH or hf:NAME_OR_PATH.')
+                    'jsonl:PATH, parquet:PATH, hf:NAME_OR_PATH or '
+                    'fortune:PATH.')
 
 
 # Name prefixes of text sources ('jsonl:/data/web.jsonl'); hf: is text
 # with --tokenizer, else images.
-TEXT_ONLY = ('jsonl', 'parquet')
+TEXT_ONLY = ('jsonl', 'parquet', 'fortune')
 TEXT = (*TEXT_ONLY, 'hf')
 
 
@@ -350,14 +355,14 @@ def _text_contents(src: str, text: Text) -> Contents:
   """The packed sequences of the text source `src`: the tokenizer loaded
   and the whole source checked (UTF-8, a text column with text)."""
   # pylint: disable=g-import-not-at-top
-  from recipes.data.sources import (hf_source, jsonl_source,
-                                    parquet_source)
+  from recipes.data.sources import (fortune_source, hf_source,
+                                    jsonl_source, parquet_source)
   from recipes.data.text import tokenizer as tokenizer_lib
   # pylint: enable=g-import-not-at-top
   tokenizer = tokenizer_lib.load(text.tokenizer)
   prefix, _, where = src.partition(':')
   opener = {'jsonl': jsonl_source.open, 'parquet': parquet_source.open,
-            'hf': hf_source.open_text}[prefix]
+            'hf': hf_source.open_text, 'fortune': fortune_source.open}[prefix]
   return token_records.Packer(opener(where, text.column), tokenizer,
                               text.seq_len)
 

@@ -360,8 +360,9 @@ def _check_tokens(manifest: dict[str, Any]):
                   'an object')
   text = lambda v: isinstance(v, str) and bool(v)  # pylint: disable=unnecessary-lambda-assignment
   _field(tokens, 'tokenizer', 'tokens', text, 'a path')
-  _field(tokens, 'tokenizer_sha256', 'tokens', lambda v: isinstance(
-      v, str) and bool(re.fullmatch('[0-9a-f]{64}', v)), 'a sha256 in hex')
+  _field(tokens, 'tokenizer_sha256', 'tokens', lambda v: v is None or (
+      isinstance(v, str) and bool(re.fullmatch('[0-9a-f]{64}', v))),
+         'a sha256 in hex, or null for the bytes tokenizer')
   _field(tokens, 'text_column', 'tokens', text, 'a column name')
   _field(tokens, 'seq_len', 'tokens', _integer(1), 'a positive integer')
   _field(tokens, 'vocab_size', 'tokens', _integer(1), 'a positive integer')

@@ -83,7 +83,7 @@ class Packer:
     self.sizes = {split: len(texts) for split, texts in source.splits.items()}
     self.fields = {'tokens': {
         'tokenizer': tokenizer.path,
-        'tokenizer_sha256': array_records.sha256(tokenizer.path),
+        'tokenizer_sha256': tokenizer.sha256,
         'text_column': source.column, 'seq_len': seq_len,
         'vocab_size': tokenizer.vocab_size, 'bos_id': tokenizer.bos_id,
         'eos_id': tokenizer.eos_id,

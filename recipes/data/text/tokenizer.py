@@ -16,6 +16,11 @@ looked up ('</s>', '<|endoftext|>', ...); a SentencePiece model records its
 own ids, which the config overrides where it names others (SigLIP pads with
 '</s>', not its model's '<pad>').
 
+`bytes` is the one tokenizer without files: a document's UTF-8 bytes are its
+ids (0-255), and 256 ends a document, so 257 ids in all. It needs no
+model's files and no library, which suits a small model trained from
+scratch (configs/text_fortunes.py); its perplexity is per byte.
+
 Both libraries are the `text` extra (`pip install 'jax-model-zoo[text]'`),
 imported only when a tokenizer of their kind is loaded.
 """
@@ -32,6 +37,7 @@ _BOS = ('<s>', '<|begin_of_text|>', '<bos>', '<|startoftext|>', '[CLS]')
 _EOS = ('</s>', '<|endoftext|>', '<|end_of_text|>', '<eos>', '[SEP]')
 _PAD = ('<pad>', '[PAD]', '<|pad|>', '<|padding|>')
 # The files of a model's folder, in the order they are tried.
+BYTES = 'bytes'  # load(BYTES): UTF-8 bytes, without files.
 _FILES = ('tokenizer.json', 'tokenizer.model', 'spiece.model',
           'sentencepiece.bpe.model')
 
@@ -41,14 +47,20 @@ class Tokenizer:
   """Text to ids and back; the special ids are None where the tokenizer has
   no such token."""
 
-  path: str  # The file it was loaded from.
-  kind: str  # 'tokenizers' or 'sentencepiece'.
+  path: str  # The file it was loaded from; BYTES for bytes.
+  kind: str  # 'tokenizers', 'sentencepiece' or 'bytes'.
   vocab_size: int
   bos_id: int | None
   eos_id: int | None
   pad_id: int | None
   _encode: Callable[[Sequence[str]], list[list[int]]]
   _decode: Callable[[Sequence[int]], str]
+
+  @property
+  def sha256(self) -> str | None:
+    """The checksum of its file; None for bytes, which has none."""
+    from recipes.data.sources import array_records  # pylint: disable=g-import-not-at-top
+    return None if self.kind == BYTES else array_records.sha256(self.path)
 
   def encode(self, text: str) -> list[int]:
     """The ids of `text`, without special tokens."""
@@ -69,7 +81,7 @@ def load(path: str | os.PathLike) -> Tokenizer:
   Args:
     path: a tokenizer.json, a SentencePiece .model file, or a model's folder
       holding one (tokenizer.json is preferred, as transformers' fast
-      tokenizers prefer it).
+      tokenizers prefer it); or BYTES.
 
   Returns:
     The tokenizer.
@@ -78,6 +90,8 @@ def load(path: str | os.PathLike) -> Tokenizer:
     UserError: no such file, a folder without a tokenizer, a damaged file,
       or the library for it not installed; one line naming the file.
   """
+  if os.fspath(path) == BYTES:
+    return _bytes()
   path = os.path.abspath(os.path.expanduser(os.fspath(path)))
   if os.path.isdir(path):
     found = [os.path.join(path, name) for name in _FILES
@@ -89,8 +103,8 @@ def load(path: str | os.PathLike) -> Tokenizer:
     path = found[0]
   elif not os.path.isfile(path):
     raise UserError(f'there is no tokenizer file {path}; give a '
-                    'tokenizer.json, a SentencePiece .model file, or the '
-                    "model's folder.")
+                    'tokenizer.json, a SentencePiece .model file, the '
+                    f"model's folder, or {BYTES}.")
   if path.endswith('.json'):
     return _hugging_face(path)
   return _sentencepiece(path)
@@ -122,6 +136,18 @@ def _hugging_face(path: str) -> Tokenizer:
                    find('bos_token', _BOS), find('eos_token', _EOS),
                    find('pad_token', _PAD), encode,
                    lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+
+
+def _bytes() -> Tokenizer:
+  end = 256  # After the 256 byte values.
+
+  def encode(texts):
+    return [list(text.encode('utf-8')) for text in texts]
+
+  def decode(ids):
+    return bytes(i for i in ids if 0 <= i < end).decode('utf-8', 'replace')
+
+  return Tokenizer(BYTES, BYTES, end + 1, None, end, None, encode, decode)
 
 
 def _configured_names(folder: str) -> dict[str, str | None]:

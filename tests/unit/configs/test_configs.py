@@ -79,9 +79,12 @@ def _at_test_size(config):
 def _test_data(config, data_dir):
   """Fashion-MNIST files in `data_dir` for the offline datasets; token
   sequences of the test-size models' length for a language model's."""
-  if datasets.is_tokens(config.dataset):
+  if datasets.is_tokens(config.dataset) or config.tokenizer:
+    # Text that the run would tokenize is read as tokenized already: the
+    # real corpus is tests/integration/test_text_fortunes.py's.
     config.dataset = f'tokens:{write_token_dir(data_dir, seq_len=16)}'
     config.seq_len = 16 if config.seq_len else 0
+    config.tokenizer = ''
   if config.dataset in datasets.OFFLINE_DATASETS:
     write_fashion_mnist(str(data_dir), num_train=32, num_test=20)
     config.data_dir = str(data_dir)

@@ -176,3 +176,15 @@ def test_a_missing_or_damaged_file_is_one_line(tmp_path, name, content, says):
 def test_a_folder_without_a_tokenizer_is_one_line(tmp_path):
   with pytest.raises(UserError, match='holds none of tokenizer.json'):
     tokenizer_lib.load(tmp_path)
+
+
+def test_bytes_are_utf8_with_one_end_of_text_id():
+  tokenizer = tokenizer_lib.load(tokenizer_lib.BYTES)
+  assert (tokenizer.vocab_size, tokenizer.eos_id, tokenizer.bos_id,
+          tokenizer.pad_id, tokenizer.sha256) == (257, 256, None, None, None)
+  for text in CHECKED + SAMPLE[:5]:
+    ids = tokenizer.encode(text)
+    assert ids == list(text.encode('utf-8'))
+    assert tokenizer.decode(ids + [256]) == text
+  assert tokenizer.encode_batch(['é', 'a']) == [[0xc3, 0xa9], [0x61]]
+  assert tokenizer.decode([0xc3]) == '\ufffd'  # A cut character.
