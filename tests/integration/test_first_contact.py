@@ -74,7 +74,8 @@ def test_readme_setup_uses_sudo_only_where_there_is_one(tmp_path):
   assert without_sudo[0] == 'apt-get update'
   install = without_sudo[-1].split()
   assert install[:3] == ['apt-get', 'install', '-y']
-  assert {'python3-venv', 'dataset-fashion-mnist'} <= set(install)
+  assert {'python3-venv', 'dataset-fashion-mnist', 'fortunes'} <= set(
+      install)
 
   _write_script(bin_dir / 'sudo', f'echo "sudo $*" >> {log}; exec "$@"')
   with_sudo = run()
@@ -107,8 +108,9 @@ def test_readme_setup_installs_the_packages_as_root(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   installed = subprocess.run(
       ['dpkg-query', '-W', '-f=${Status}\n', 'python3-venv',
-       'dataset-fashion-mnist'], capture_output=True, text=True, check=True)
-  assert installed.stdout.split('\n')[:2] == ['install ok installed'] * 2
+       'dataset-fashion-mnist', 'fortunes'], capture_output=True, text=True,
+      check=True)
+  assert installed.stdout.split('\n')[:3] == ['install ok installed'] * 3
 
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
