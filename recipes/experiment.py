@@ -24,6 +24,7 @@ from recipes.data.images.preprocess import Preprocessing
 from recipes.data.pipeline import in_memory
 from recipes.data.pipeline.dataset import Dataset
 from recipes.data.sources import array_records
+from recipes.data.text import tokenizer as tokenizer_lib
 from recipes.parallel import strategy as strategies
 from recipes.parallel.strategy import ParallelSettings
 from recipes.runtime.errors import UserError, check_divisible
@@ -329,6 +330,9 @@ def token_dataset(config: ml_collections.ConfigDict) -> str:
     raise UserError(f'dataset {config.dataset!r} is tokenized already; set '
                     "--config.tokenizer='' to read it, or name the text "
                     'itself (jsonl:PATH, fortune:PATH, ...).')
+  # Before the text is prepared, which may take long.
+  _check_tokens_fit(config, tokenizer_lib.load(config.tokenizer).vocab_size,
+                    config.seq_len)
   return prepared_text.tokens_dataset(config.dataset, config.tokenizer,
                                       config.seq_len, config.text_column,
                                       config.data_dir)
@@ -375,24 +379,35 @@ def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
   """
   if not token_data(config):
     return
-  model = create_model(config, 0)
   vocab, (seq_len,) = data.vocab_size, data.image_shape
-  if vocab is not None and vocab > model.vocab_size:
-    raise UserError(f'the tokenizer of {config.dataset} has {vocab:,} ids, '
-                    f'more than the {model.vocab_size:,} of {config.model}\'s '
-                    'vocabulary; prepare the text with the model\'s own '
-                    'tokenizer, or set --config.model_kwargs.vocab_size.')
   if config.seq_len and config.seq_len != seq_len:
     raise UserError(f'{config.dataset} holds sequences of {seq_len:,} '
                     f'tokens, not the seq_len={config.seq_len:,} of the '
                     'config; set --config.seq_len='
                     f'{seq_len} (or 0), or prepare the text with --seq_len='
                     f'{config.seq_len}.')
+  _check_tokens_fit(config, vocab, seq_len)
+
+
+def _check_tokens_fit(config: ml_collections.ConfigDict, vocab: int | None,
+                      seq_len: int):
+  """Ids below `vocab` in sequences of `seq_len` fit the model.
+
+  Raises:
+    UserError: naming what does not fit.
+  """
+  model = create_model(config, 0)
+  if vocab is not None and vocab > model.vocab_size:
+    raise UserError(f'the tokenizer of {config.dataset} has {vocab:,} ids, '
+                    f'more than the {model.vocab_size:,} of {config.model}\'s '
+                    'vocabulary; prepare the text with the model\'s own '
+                    'tokenizer, or set --config.model_kwargs.vocab_size.')
   if seq_len > model.max_length:
     raise UserError(f'{config.dataset} holds sequences of {seq_len:,} '
                     f'tokens, more than the {model.max_length:,} positions '
                     f'of {config.model}; prepare it with --seq_len='
-                    f'{model.max_length} or less, or set '
+                    f'{model.max_length} or less (--config.seq_len for text '
+                    'the run prepares), or set '
                     '--config.model_kwargs.max_length.')
 
 
