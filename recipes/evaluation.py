@@ -1,6 +1,8 @@
 """Evaluation: metrics over a whole eval split, written as eval/ summaries;
-and eval-only mode (`--config.mode=eval`), which evaluates the workdir's
-latest checkpoint without training."""
+and eval-only mode (`--config.mode=eval`, `python -m recipes.evaluate`),
+which evaluates the workdir's latest checkpoint without training, or, in a
+workdir without one, the weights --config.init_from or --config.pretrained
+names (converted or published weights, as step 0)."""
 
 import functools
 
@@ -120,25 +122,30 @@ def evaluate_and_write(exp: experiment.Experiment, state, writer, step: int,
 
 def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
   """Evaluates the latest checkpoint in `workdir` and writes its eval/
-  summaries there, without training (`--config.mode=eval`).
+  summaries there, without training (`--config.mode=eval`). Without a
+  checkpoint there, evaluates the weights `config.init_from` or
+  `config.pretrained` names instead, for step 0.
 
   Args:
     config: the run's configuration (recipes/config).
-    workdir: the trained run's directory.
+    workdir: the trained run's directory, or a new one for given weights.
 
   Returns:
     The eval/ summary {metric name: value} of the latest checkpoint.
 
   Raises:
-    UserError: there is no checkpoint in `workdir`, or it is unusable.
+    UserError: there is nothing to evaluate, or it is unusable.
   """
   exp = experiment.build(config)
   with checkpoint.opened(workdir, config.keep_checkpoints or None) as mngr:
     state, step = resume.restore_latest(mngr, exp.strategy,
                                         exp.create_state())
-  if step == 0:
+  if step == 0 and not (config.init_from or config.pretrained):
     raise UserError(f'no checkpoint to evaluate in {workdir}/checkpoints; '
-                    'train first, or point --workdir at a trained run.')
+                    'train first, point --workdir at a trained run, or give '
+                    'weights with --config.init_from or --config.pretrained.')
+  if step == 0:  # The workdir's own checkpoint comes first, as in training.
+    state = resume.given_weights(config, exp.strategy, state)
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
   # The training split's files do not matter here.
   data_files.check_and_record(

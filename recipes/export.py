@@ -1,8 +1,9 @@
-"""Writes a trained or converted zoo model as a timm or torchvision state
-dict, the inverse of `python -m recipes.convert`.
+"""Writes a trained or converted zoo model as a timm, torchvision or
+transformers state dict, the inverse of `python -m recipes.convert`.
 
     python -m recipes.export --to=timm WORKDIR model.safetensors
     python -m recipes.export --to=torchvision RUN/checkpoints/900 r50.safetensors
+    python -m recipes.export --to=transformers GPT2_RUN FOLDER/model.safetensors
 
 SRC is a run's workdir (its latest checkpoint), one of its checkpoints, or a
 directory `python -m recipes.convert` wrote; the model and its arguments are
@@ -10,9 +11,12 @@ read from the run's config.json (the classes from class_names.json) or the
 converted directory's model.json. The file is written with the
 `safetensors` package and loads with `model.load_state_dict(
 safetensors.torch.load_file(DST))` into the original library's model of
-the same name (zoo/convert/export.py inverts the converter). DST must not
-exist: nothing is overwritten. Mistakes end with one line and exit status 1
-(2 for a usage error).
+the same name (zoo/convert/export.py inverts the converter). A
+transformers language model's file is the model.safetensors of a folder
+whose config.json gives its sizes, for `from_pretrained(FOLDER)` (a tied
+head is the token embedding, not in the file). DST must not exist: nothing
+is overwritten. Mistakes end with one line and exit status 1 (2 for a usage
+error).
 """
 
 import argparse
@@ -34,7 +38,7 @@ from zoo import convert, registry
 from zoo.convert import export
 from zoo.convert.transfer import target_shapes
 
-_TARGETS = ('timm', 'torchvision')
+_TARGETS = ('timm', 'torchvision', 'transformers')
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
   parser = _Parser(
       prog='python -m recipes.export',
       description='Writes a zoo model of a run or a converted directory as '
-      'a timm or torchvision state dict (.safetensors).')
+      'a timm, torchvision or transformers state dict (.safetensors).')
   parser.add_argument('--to', required=True, choices=_TARGETS,
                       help='the library whose model the file is for')
   parser.add_argument('src', help='a workdir, one of its checkpoints, or a '

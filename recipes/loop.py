@@ -206,12 +206,8 @@ def _start(config, workdir, exp, mngr, watchdog):
     logging.warning('Not reading --config.%s=%s: resuming from this '
                     "workdir's own checkpoint of step %d.", start,
                     config[start], start_step)
-  elif config.init_from:
-    state = resume.init_from(config.init_from, exp.strategy, state)
-  elif config.pretrained:
-    state = resume.init_from_weights(
-        experiment.pretrained_weights(config).variables,
-        f'{config.model}.{config.pretrained}', exp.strategy, state)
+  elif start_step == 0:
+    state = resume.given_weights(config, exp.strategy, state)
   if jax.process_index() == 0:
     (storage.path(workdir) / 'config.json').write_text(
         config.to_json_best_effort(indent=2, sort_keys=True))

@@ -142,6 +142,19 @@ def test_eval_mode_evaluates_the_latest_checkpoint(data_dir, tmp_path,
     assert mngr.all_steps()[-1] == 6  # Nothing trained or written.
 
 
+def test_eval_mode_without_a_checkpoint_evaluates_init_from_as_step_0(
+    data_dir, tmp_path, trained):
+  """Weights given by init_from (a conversion's, another run's) are
+  evaluated without training, their summaries written for step 0."""
+  workdir, summary = trained
+  evaluated = loop.train_and_evaluate(
+      _config(data_dir, mode='eval', init_from=str(workdir)), str(tmp_path))
+  np.testing.assert_allclose(evaluated['loss'], summary['loss'], rtol=1e-6)
+  assert read_scalars(str(tmp_path))['eval/loss'] == {0: evaluated['loss']}
+  with checkpoint.manager(str(tmp_path)) as mngr:
+    assert not mngr.all_steps()  # Nothing trained or written.
+
+
 @pytest.mark.slow
 def test_a_signal_during_evaluation_stops_and_the_resume_redoes_it(
     data_dir, tmp_path, monkeypatch, caplog):
