@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -65,6 +66,35 @@ def command_env(**extra) -> dict[str, str]:
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(('JAX_COORDINATOR', 'JAX_PROCESS', 'JAX_NUM_PRO'))}
   return {**env, 'JAX_PLATFORMS': 'cpu', 'PYTHON': sys.executable, **extra}
+
+
+def sigkill_after_first_checkpoint(command: list[str], workdir,
+                                   timeout: float = 600, **env) -> str:
+  """Starts a training `command` (its workdir `workdir`, `env` added to
+  command_env's) and kills it with SIGKILL once its first checkpoint is
+  there. Fails if the command ends first or `timeout` seconds pass.
+  Returns what it printed."""
+  # A file, not a pipe: a full pipe would stop the run before its checkpoint.
+  with tempfile.TemporaryFile('w+') as log:
+    process = subprocess.Popen(command, cwd=ROOT, stdout=log,
+                               stderr=subprocess.STDOUT,
+                               env=command_env(**env))
+    deadline = time.monotonic() + timeout
+    checkpoints = os.path.join(workdir, 'checkpoints')
+    try:
+      while not (os.path.isdir(checkpoints) and any(
+          name.isdigit() for name in os.listdir(checkpoints))):
+        assert process.poll() is None, 'the run ended before its checkpoint'
+        assert time.monotonic() < deadline, 'no checkpoint in time'
+        try:
+          process.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+          pass
+    finally:
+      process.send_signal(signal.SIGKILL)
+      process.wait(timeout=60)
+    log.seek(0)
+    return log.read()
 
 
 def sigkill_prepare_after(command: list[str], dst, shards: int,

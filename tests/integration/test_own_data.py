@@ -4,7 +4,6 @@ training command as users run it."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -17,8 +16,8 @@ from recipes.checkpoint import class_names
 from recipes.data import datasets, prepare
 from recipes.data.sources import idx
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, saved_params,
-                           tiny_config, write_fashion_mnist_folder,
-                           write_png_folder)
+                           sigkill_after_first_checkpoint, tiny_config,
+                           write_fashion_mnist_folder, write_png_folder)
 
 pytestmark = pytest.mark.slow  # Commands as processes, 70,000 images.
 
@@ -91,21 +90,8 @@ def test_a_sigkill_mid_run_resumes_bitwise_and_two_processes_stream_the_same(
   of 2 processes x 1 device, uninterrupted, does (the same batches
   streamed, the per-example seeds restored)."""
   command = _command(f'records:{fashion_mnist_records}', tmp_path / 'killed')
-  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True,
-                             env=command_env(JAX_NUM_CPU_DEVICES='2'))
-  checkpoints = tmp_path / 'killed' / 'checkpoints'
-  try:
-    while not (checkpoints.is_dir() and any(
-        p.name.isdigit() for p in checkpoints.iterdir())):
-      assert process.poll() is None, process.stdout.read()[-3000:]
-      try:
-        process.wait(timeout=0.05)
-      except subprocess.TimeoutExpired:
-        pass
-  finally:
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=60)
+  sigkill_after_first_checkpoint(command, tmp_path / 'killed',
+                                 JAX_NUM_CPU_DEVICES='2')
   log = _run(command)
   assert 'Resuming from the checkpoint of step' in log
   assert 'streamed: 60000 training images' in log

@@ -6,7 +6,6 @@ TensorBoard and `recipes.evaluate` gives the run's last perplexity."""
 
 import os
 import re
-import signal
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ import pytest
 
 from recipes.data.sources import fortune_source
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
-                           saved_params)
+                           saved_params, sigkill_after_first_checkpoint)
 
 pytestmark = pytest.mark.slow  # Commands as processes, 2.4M tokens.
 
@@ -45,24 +44,6 @@ def _run(command, devices_per_process):
   return log
 
 
-def _killed_after_first_checkpoint(command, workdir):
-  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.STDOUT,
-                             env=command_env(JAX_NUM_CPU_DEVICES='2'))
-  checkpoints = workdir / 'checkpoints'
-  try:
-    while not (checkpoints.is_dir() and any(
-        p.name.isdigit() for p in checkpoints.iterdir())):
-      assert process.poll() is None, 'the run ended before its checkpoint'
-      try:
-        process.wait(timeout=0.05)
-      except subprocess.TimeoutExpired:
-        pass
-  finally:
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=60)
-
-
 @pytest.mark.skipif(not os.path.isdir(DEBIAN),
                     reason=f"needs Debian's fortunes package in {DEBIAN}")
 def test_fortunes_train_resume_bitwise_on_any_process_count(tmp_path):
@@ -74,7 +55,8 @@ def test_fortunes_train_resume_bitwise_on_any_process_count(tmp_path):
   assert two.count('Preparing fortune:') == 1, two[-3000:]
 
   command = [*train, *_flags(tmp_path / 'one', data_dir)]
-  _killed_after_first_checkpoint(command, tmp_path / 'one')
+  sigkill_after_first_checkpoint(command, tmp_path / 'one',
+                                 JAX_NUM_CPU_DEVICES='2')
   log = _run(command, 2)
   assert 'Resuming from the checkpoint of step 10' in log, log[-3000:]
   assert 'Preparing' not in log  # Read as the first run left it.
