@@ -145,7 +145,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
                     'train first, point --workdir at a trained run, or give '
                     'weights with --config.init_from or --config.pretrained.')
   if step == 0:  # The workdir's own checkpoint comes first, as in training.
-    state = resume.given_weights(config, exp.strategy, state)
+    state = experiment.given_weights(config, exp.strategy, state)
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
   # The training split's files do not matter here.
   data_files.check_and_record(

@@ -15,6 +15,7 @@ import optax
 from absl import logging
 
 import zoo
+from recipes.checkpoint import resume
 from recipes.config import pretrained
 from recipes.core import optimizers, state_spec
 from recipes.core.state_spec import StateSpec
@@ -123,6 +124,23 @@ def _warn_once(message: str):  # create_model runs more than once a run.
 
 # The converted weights config.pretrained names (recipes/config/).
 pretrained_weights = pretrained.converted
+
+
+def given_weights(config: ml_collections.ConfigDict, strategy, state):
+  """`state` with the weights `config.init_from` (a checkpoint) or
+  `config.pretrained` (published weights) names; `state` itself when
+  neither is set.
+
+  Raises:
+    UserError: as resume.init_from and resume.init_from_weights.
+  """
+  if config.init_from:
+    return resume.init_from(config.init_from, strategy, state)
+  if config.pretrained:
+    return resume.init_from_weights(
+        pretrained_weights(config).variables,
+        f'{config.model}.{config.pretrained}', strategy, state)
+  return state
 
 
 def update_rules(config: ml_collections.ConfigDict) -> UpdateRules:
@@ -352,6 +370,11 @@ def check_data_kind(config: ml_collections.ConfigDict):
                       f'and {config.model!r} is not a language model; train '
                       'a decoder on it (e.g. --config.model=smollm2_135m), '
                       'or give images to this model.')
+    if config.dataset.partition(':')[0] in prepared_text.TEXT_ONLY:
+      raise UserError(f'dataset {config.dataset!r} is text, which '
+                      f'{config.model!r} reads as tokens: give the model\'s '
+                      'tokenizer with --config.tokenizer=FILE (or bytes) and '
+                      'the sequence length with --config.seq_len=N.')
     raise UserError(f'{config.model!r} is a language model, and dataset '
                     f'{config.dataset!r} holds images; give it token '
                     'sequences: --config.dataset=tokens:DIR, from python -m '

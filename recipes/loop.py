@@ -207,7 +207,7 @@ def _start(config, workdir, exp, mngr, watchdog):
                     "workdir's own checkpoint of step %d.", start,
                     config[start], start_step)
   elif start_step == 0:
-    state = resume.given_weights(config, exp.strategy, state)
+    state = experiment.given_weights(config, exp.strategy, state)
   if jax.process_index() == 0:
     (storage.path(workdir) / 'config.json').write_text(
         config.to_json_best_effort(indent=2, sort_keys=True))

@@ -1,6 +1,7 @@
 """Where a run's state starts: the workdir's latest checkpoint, or the
 parameters of another run or a conversion (`config.init_from`) or of
-published weights (`config.pretrained`)."""
+published weights (`config.pretrained`, through
+recipes/experiment.py's `given_weights`)."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,6 @@ from etils import epath
 from flax import traverse_util
 
 from recipes.checkpoint import store
-from recipes.config import pretrained
 from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
@@ -96,23 +96,6 @@ def init_from_weights(variables: dict, name: str, strategy, state):
                     f'in the weights {name} (--config.pretrained).')
   return _start_from(loaded, sorted(set(wanted) - set(loaded)), name,
                      strategy, state)
-
-
-def given_weights(config, strategy, state):
-  """`state` with the weights `config.init_from` (a checkpoint) or
-  `config.pretrained` (published weights) names; `state` itself when
-  neither is set.
-
-  Raises:
-    UserError: as `init_from` and `init_from_weights`.
-  """
-  if config.init_from:
-    return init_from(config.init_from, strategy, state)
-  if config.pretrained:
-    return init_from_weights(pretrained.converted(config).variables,
-                             f'{config.model}.{config.pretrained}', strategy,
-                             state)
-  return state
 
 
 def _start_from(loaded: dict, kept: list[str], source: str, strategy, state):
