@@ -214,8 +214,8 @@ def _with_classes(converted: convert.Converted,
                   num_classes: int | None) -> convert.Converted:
   """`converted` for `num_classes` classes: the variables whose shape that
   changes (the head) are left to initialization."""
-  if num_classes in (None, converted.kwargs['num_classes']):
-    return converted
+  if num_classes in (None, converted.kwargs.get('num_classes')):
+    return converted  # A language model's too: it has no classes.
   kwargs = {**converted.kwargs, 'num_classes': num_classes}
   shapes = convert.transfer.target_shapes(converted.name, kwargs)
   flat = traverse_util.flatten_dict(converted.variables, sep='/')

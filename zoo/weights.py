@@ -17,6 +17,10 @@ cache (zoo/pretrained.py); later uses read the cache only.
 papers for Google's files; None where the file has no ImageNet-1k classifier
 (an ImageNet-21k head, a SigLIP image tower or DINOv2's features).
 
+A language model's tag is its publisher's repository on the Hub (the
+transformers `model.safetensors`), whose `tokenizer.json` tokenizes text
+for it (`tokenizer_url`); its image fields do not apply.
+
 `mean`, `std`, `channels` and `input_size` are the inputs the weights were
 trained on, as timm's pretrained_cfg gives them: pixel values in [0, 1]
 normalized per channel; Google's files take [-1, 1] (mean and std 0.5).
@@ -69,6 +73,14 @@ class Weights:
     return self.eval_size or registry.input_shape(self.model)[0]
 
   @property
+  def tokenizer_url(self) -> str | None:
+    """A language model's tokenizer.json beside its weights on the Hub;
+    None for an image model's."""
+    if registry.spec(self.model).modality != 'text':
+      return None
+    return self.url.rsplit('/', 1)[0] + '/tokenizer.json'
+
+  @property
   def name(self) -> str:
     """'model.tag', as timm names pretrained weights."""
     return f'{self.model}.{self.tag}'
@@ -80,6 +92,12 @@ def _hub(model: str, tag: str, repo: str, top1: float | None = None,
   their mean and std where not ImageNet's."""
   return Weights(model, tag, f'hf://timm/{repo}/model.safetensors', top1,
                  eval_size, **inputs)
+
+
+def _text(model: str, tag: str, repo: str) -> Weights:
+  """A language model's weights: transformers' model.safetensors in its
+  publisher's Hub repository `repo`."""
+  return Weights(model, tag, f'hf://{repo}/model.safetensors')
 
 
 _TABLE = [
@@ -159,6 +177,13 @@ _TABLE = [
     _hub('dinov2_s14_reg4', 'lvd142m', 'vit_small_patch14_reg4_dinov2.lvd142m'),
     _hub('dinov2_b14_reg4', 'lvd142m', 'vit_base_patch14_reg4_dinov2.lvd142m'),
     _hub('dinov2_l14_reg4', 'lvd142m', 'vit_large_patch14_reg4_dinov2.lvd142m'),
+    # Language models, base (not instruction-tuned); Llama 3.2's repository
+    # is gated (a licence to accept and a token), so it has none here.
+    _text('gpt2', 'openai', 'openai-community/gpt2'),
+    _text('gpt2_medium', 'openai', 'openai-community/gpt2-medium'),
+    _text('smollm2_135m', 'hf', 'HuggingFaceTB/SmolLM2-135M'),
+    _text('smollm2_360m', 'hf', 'HuggingFaceTB/SmolLM2-360M'),
+    _text('qwen2_5_0_5b', 'qwen', 'Qwen/Qwen2.5-0.5B'),
 ]
 
 # Every model's tags, first the default ('pretrained=True').

@@ -34,16 +34,30 @@ def fetch(repository: str, tokenizers: Sequence[str]) -> tuple[str, str]:
     download.DownloadError: no weights, or none of `tokenizers` (the last
       one's error).
   """
-  downloads = os.path.join(pretrained.cache_dir(), 'downloads')
-  file = download.fetch(f'hf://{repository}/model.safetensors', downloads)
+  file = download.fetch(f'hf://{repository}/model.safetensors', _downloads())
+  return file, fetch_tokenizer(repository, tokenizers)
+
+
+def fetch_tokenizer(repository: str, tokenizers: Sequence[str]) -> str:
+  """The first of the `tokenizers` files the Hub repository has,
+  downloaded into the weights cache with its tokenizer_config.json where
+  there is one (it names the special tokens).
+
+  Raises:
+    download.DownloadError: none of `tokenizers` (the last one's error).
+  """
   try:  # Optional.
-    download.fetch(f'hf://{repository}/tokenizer_config.json', downloads)
+    download.fetch(f'hf://{repository}/tokenizer_config.json', _downloads())
   except download.DownloadError:
     pass
   for i, name in enumerate(tokenizers):
     try:
-      return file, download.fetch(f'hf://{repository}/{name}', downloads)
+      return download.fetch(f'hf://{repository}/{name}', _downloads())
     except download.DownloadError:
       if i == len(tokenizers) - 1:
         raise
   raise ValueError('no tokenizer file to fetch')
+
+
+def _downloads() -> str:
+  return os.path.join(pretrained.cache_dir(), 'downloads')

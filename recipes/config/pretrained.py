@@ -6,6 +6,10 @@ run uses (and `python -m recipes.export` rebuilds the model trained).
 `apply` runs in validation.check, before anything is written; `warn_size`
 once the data's image size is known.
 
+A language model's weights fix only model options; for text that the run
+tokenizes, the weights' own tokenizer.json is downloaded and becomes
+config.tokenizer, unless one is given.
+
 - image_channels 0 becomes the weights' 3: grey images are repeated to RGB.
   1 is an error: the weights' first layer takes RGB, so it would be trained
   from scratch.
@@ -24,6 +28,7 @@ import numpy as np
 from absl import logging
 
 import zoo
+from recipes.checkpoint import transformers_files
 from recipes.data.images import preprocess
 from recipes.runtime.errors import UserError
 
@@ -84,6 +89,9 @@ def apply(config: ml_collections.ConfigDict):
   if not config.pretrained:
     return
   entry = weights(config)
+  if entry.tokenizer_url:
+    _apply_text(config, entry)
+    return
   flag = f'--config.pretrained={config.pretrained}'
   if config.image_channels not in (0, entry.channels):
     raise UserError(
@@ -105,6 +113,27 @@ def apply(config: ml_collections.ConfigDict):
     if ('image_size' in fixed and 'image_size' not in config.model_kwargs
         and preprocess.AUGMENTATIONS[config.augment].resizes):
       config.model_kwargs.image_size = config.image_size
+  _fix_model_kwargs(config, fixed)
+
+
+def _apply_text(config: ml_collections.ConfigDict, entry: zoo.weights.Weights):
+  """A language model's: the options its weights fix, and, for text the
+  run tokenizes (no tokens: data, no tokenizer given), the weights' own
+  tokenizer, downloaded beside them."""
+  _fix_model_kwargs(config, converted(config).kwargs)
+  if config.tokenizer or config.dataset.startswith('tokens:'):
+    return
+  repository = entry.tokenizer_url.removeprefix('hf://').rsplit('/', 1)[0]
+  try:
+    config.tokenizer = transformers_files.fetch_tokenizer(
+        repository, ['tokenizer.json'])
+  except ValueError as e:  # zoo.download.DownloadError: one line.
+    raise UserError(str(e)) from None
+
+
+def _fix_model_kwargs(config: ml_collections.ConfigDict, fixed: dict):
+  """The model options the weights fix, where model_kwargs leaves them."""
+  with config.model_kwargs.unlocked():
     for key, value in fixed.items():
       if key != 'num_classes' and key not in config.model_kwargs:
         config.model_kwargs[key] = value
@@ -119,7 +148,7 @@ def warn_size(config: ml_collections.ConfigDict,
     config: the run's config.
     image_shape: the model's input shape, HWC.
   """
-  if config.pretrained:
+  if config.pretrained and not weights(config).tokenizer_url:
     entry = weights(config)
     if tuple(image_shape[:2]) != (entry.input_size,) * 2:
       logging.warning(

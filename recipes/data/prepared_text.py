@@ -30,7 +30,8 @@ from recipes.data.text import tokenizer as tokenizer_lib
 from recipes.runtime.errors import UserError
 
 DEFAULT_DIR = '~/.cache/jax-model-zoo/tokens'
-TEXT = (*prepare.TEXT_ONLY, 'hf')  # The sources a tokenizer reads.
+TEXT_ONLY = prepare.TEXT_ONLY  # Sources of text only: jsonl, parquet, ...
+TEXT = (*TEXT_ONLY, 'hf')  # The sources a tokenizer reads.
 
 
 def tokens_dataset(dataset: str, tokenizer: str, seq_len: int, column: str,

@@ -225,8 +225,8 @@ def test_sequences_longer_than_the_models_positions_are_one_line(
   line = _error(config, tmp_path / 'work')
   assert line == (f'error: tokens:{tokens} holds sequences of 16 tokens, more '
                   'than the 8 positions of smollm2_135m; prepare it with '
-                  '--seq_len=8 or less, or set --config.model_kwargs.'
-                  'max_length.')
+                  '--seq_len=8 or less (--config.seq_len for text the run '
+                  'prepares), or set --config.model_kwargs.max_length.')
 
 
 def test_an_image_model_on_tokens_and_a_language_model_on_images(
