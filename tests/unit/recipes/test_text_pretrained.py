@@ -84,6 +84,7 @@ def _config(hub, **overrides):
   return config
 
 
+@pytest.mark.slow  # Three runs: about 10 s.
 def test_a_run_tokenizes_with_the_weights_tokenizer_and_starts_from_them(
     hub, tmp_path):
   train.run(_config(hub), str(tmp_path / 'run'))
