@@ -33,6 +33,7 @@ from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits,
                                    zoo_variable_names)
+from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import big_vision_mixer, export, timm_mixer, variants
 
@@ -116,7 +117,8 @@ def _check_timm(zoo_name: str, tmp_path, fmt: str):
 
 
 @needs_timm
-@pytest.mark.parametrize('fmt', ['safetensors', 'pth'])
+# The .pth reader is the fast tier's through test_convert_bit.py.
+@pytest.mark.parametrize('fmt', slow_after(1, ['safetensors', 'pth']))
 def test_mixer_s16_gives_timms_logits(fmt, tmp_path):
   _check_timm('mixer_s16', tmp_path, fmt)
 
