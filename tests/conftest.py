@@ -39,7 +39,7 @@ os.environ['JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'] = '0'
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from tests.helpers import fewer_optimizations, write_fashion_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tests.helpers import write_fashion_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 jax.config.update('jax_num_cpu_devices', 8)
 
@@ -77,10 +77,20 @@ def _memory_mappings() -> int:
 @pytest.fixture(scope='module')
 def fast_compiles():
   """XLA without most optimizations, for a module of tiny models where
-  compiling takes longer than running and the numbers need no speed
-  (`tests.helpers.fewer_optimizations`)."""
-  with fewer_optimizations():
-    yield
+  compiling takes longer than running and the numbers need no speed.
+
+  Those programs are not written to the compilation cache: serializing them
+  (`executable.serialize()`, on the way into the cache) crashed jax 0.10's
+  CPU runtime with a segfault now and then.
+  """
+  before = (jax.config.read('jax_disable_most_optimizations'),
+            # (jax 0.12's config.read refuses this one.)
+            jax.config.jax_persistent_cache_min_compile_time_secs)
+  jax.config.update('jax_disable_most_optimizations', True)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 1e9)
+  yield
+  jax.config.update('jax_disable_most_optimizations', before[0])
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', before[1])
 
 
 @pytest.fixture(scope='session')

@@ -45,27 +45,6 @@ def small_disk(path, size: str):
     subprocess.run(['umount', str(path)], check=True)
 
 
-@contextlib.contextmanager
-def fewer_optimizations():
-  """XLA without most optimizations in the block, for tiny models where
-  compiling takes longer than running and the numbers need no speed.
-
-  Those programs are not written to the compilation cache: serializing them
-  (`executable.serialize()`, on the way into the cache) crashed jax 0.10's
-  CPU runtime with a segfault now and then.
-  """
-  before = (jax.config.read('jax_disable_most_optimizations'),
-            # (jax 0.12's config.read refuses this one.)
-            jax.config.jax_persistent_cache_min_compile_time_secs)
-  jax.config.update('jax_disable_most_optimizations', True)
-  jax.config.update('jax_persistent_cache_min_compile_time_secs', 1e9)
-  try:
-    yield
-  finally:
-    jax.config.update('jax_disable_most_optimizations', before[0])
-    jax.config.update('jax_persistent_cache_min_compile_time_secs', before[1])
-
-
 def slow_after(keep: int, values) -> list:
   """Parametrize `values`, the first `keep` in the fast tier and the rest
   in the slow one (`@pytest.mark.slow`): the fast tier checks a case once,
