@@ -18,6 +18,7 @@ from tests.convert_helpers import (RTOL, GoogleViT, assert_exactly_once,
                                    google_vit_npz, hide_triton, images,
                                    relative_difference, torch_logits,
                                    zoo_logits)
+from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import posemb, variants
 
@@ -202,7 +203,10 @@ TIMM_CASES = {
 
 @pytest.mark.skipif(timm is None, reason='the reference is timm\'s reader: '
                     'pip install -e .[convert-test]')
-@pytest.mark.parametrize('case', list(TIMM_CASES), ids=_name)
+# Every layout's arrays: test_every_layout_converts_each_array_once; timm
+# reads one in the fast tier, all in the whole suite.
+@pytest.mark.parametrize('case', slow_after(
+    1, [pytest.param(c, id=_name(c)) for c in TIMM_CASES]))
 def test_logits_match_timms_reading_of_the_same_file(case, tmp_path):
   layout, pool = case
   tensors = google_vit_npz(SIZES, layout, pool)

@@ -29,6 +29,7 @@ from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
                                    hide_triton, images, randomize_torch,
                                    relative_difference, torch_logits,
                                    zoo_logits)
+from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import export, timm_bit, variants
 
@@ -366,8 +367,9 @@ def test_every_npz_layout_converts_each_array_once(layout, tmp_path):
 
 
 @needs_timm
-@pytest.mark.parametrize('layout,stem_type', [('published', 'fixed'),
-                                              ('big_vision', '')])
+@pytest.mark.parametrize('layout,stem_type', slow_after(1, [
+    pytest.param('published', 'fixed', id='published-fixed'),
+    pytest.param('big_vision', '', id='big_vision-')]))
 def test_npz_logits_match_timms_reading_of_the_published_file(
     layout, stem_type, tmp_path):
   published = tmp_path / 'published.npz'

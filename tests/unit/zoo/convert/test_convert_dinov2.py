@@ -27,6 +27,7 @@ import zoo
 from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
                                    images, randomize_torch, relative_difference,
                                    torch_logits, zoo_logits)
+from tests.helpers import slow_after
 from zoo import convert, registry, vit
 from zoo.convert import export, timm_vit
 
@@ -38,6 +39,7 @@ _BASES = {'dinov2_tiny': 'dinov2_s14', 'dinov2_tiny_reg4': 'dinov2_s14_reg4'}
 TIMM_TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_ratio=2,
                  patch_size=8, img_size=SIZE)
 both = pytest.mark.parametrize('timm_name', list(TINY))
+PLAIN, REG4 = TINY
 
 
 @pytest.fixture
@@ -68,8 +70,10 @@ def _compare(converted, model, x, **kwargs):
   return difference
 
 
-@both
-@pytest.mark.parametrize('num_classes', [0, 5])
+# Each model and each head in the fast tier, every pair in the whole suite.
+@pytest.mark.parametrize('timm_name,num_classes', slow_after(2, [
+    pytest.param(name, n, id=f'{n}-{name}')
+    for name, n in [(PLAIN, 0), (REG4, 5), (PLAIN, 5), (REG4, 0)]]))
 def test_timm_state_dicts_give_timms_outputs(tiny, timm_name, num_classes):
   del tiny
   model = _timm_tiny(timm_name, num_classes=num_classes)
@@ -104,9 +108,12 @@ def test_features_are_timms_intermediates(tiny, timm_name):
 
 
 # Up (6x6, 7x5 patches) and down (3x3: antialiased).
-@both
-@pytest.mark.parametrize('shape', [(48, 48), (56, 40), (24, 24)],
-                         ids=lambda s: f'{s[0]}x{s[1]}')
+# Each size and each model in the fast tier, every pair in the whole suite.
+@pytest.mark.parametrize('timm_name,shape', slow_after(3, [
+    pytest.param(name, shape, id=f'{shape[0]}x{shape[1]}-{name}')
+    for name, shape in [(PLAIN, (48, 48)), (REG4, (56, 40)),
+                        (PLAIN, (24, 24)), (REG4, (48, 48)),
+                        (PLAIN, (56, 40)), (REG4, (24, 24))]]))
 def test_other_input_sizes_give_timms_dynamic_img_size(tiny, timm_name,
                                                         shape):
   del tiny

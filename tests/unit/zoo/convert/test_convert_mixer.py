@@ -115,10 +115,12 @@ def _check_timm(zoo_name: str, tmp_path, fmt: str):
   return model, converted, x, theirs
 
 
+# From a safetensors file: test_timms_mixer_needs_the_exact_gelu. The .pth
+# reader is the fast tier's through test_convert_bit.py.
 @needs_timm
-@pytest.mark.parametrize('fmt', ['safetensors', 'pth'])
-def test_mixer_s16_gives_timms_logits(fmt, tmp_path):
-  _check_timm('mixer_s16', tmp_path, fmt)
+@pytest.mark.slow
+def test_mixer_s16_from_pth_gives_timms_logits(tmp_path):
+  _check_timm('mixer_s16', tmp_path, 'pth')
 
 
 # 60M and 208M parameters: the same code, larger (mixer_s16, compared at

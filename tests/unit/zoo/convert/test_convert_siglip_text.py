@@ -30,6 +30,7 @@ import zoo
 from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
                                    images, randomize_torch,
                                    relative_difference, zoo_on_tokens)
+from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import export, transformers_siglip
 
@@ -239,7 +240,7 @@ def test_templates_are_transformers_state_dicts():
     transformers_siglip.template('siglip_b16', {**image, 'gelu': 'exact'})
 
 
-@pytest.mark.parametrize('name', list(ORIGINALS))
+@pytest.mark.parametrize('name', slow_after(1, list(ORIGINALS)))
 def test_registered_counts_are_the_originals(name):
   config = transformers.SiglipTextConfig(**ORIGINALS[name])
   with torch.device('meta'):  # Shapes only: nothing is allocated.

@@ -54,6 +54,9 @@ def _check(name, zoo_name, tmp_path, fmt):
   return converted, x, theirs
 
 
+# ViT-Ti's code at another width, which the fast tier compares below; the
+# .pth reader is the fast tier's in test_convert_bit.py.
+@pytest.mark.slow
 def test_vit_s16_gives_timms_logits(tmp_path):
   _check('vit_small_patch16_224', 'vit_s16', tmp_path, 'pth')
 

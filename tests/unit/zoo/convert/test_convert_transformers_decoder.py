@@ -24,6 +24,7 @@ import zoo
 from tests.convert_helpers import (RTOL, assert_exactly_once,
                                    randomize_torch, relative_difference,
                                    zoo_on_tokens)
+from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import export, transformers_decoder
 
@@ -228,7 +229,7 @@ def test_full_size_gives_transformers_logits(name, tmp_path):
   assert converted.kwargs == {}
 
 
-@pytest.mark.parametrize('name', list(ORIGINALS))
+@pytest.mark.parametrize('name', slow_after(1, list(ORIGINALS)))
 def test_registered_counts_are_the_originals(name):
   config_class, config = ORIGINALS[name]
   config = getattr(transformers, config_class)(**config)

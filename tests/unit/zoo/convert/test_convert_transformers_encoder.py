@@ -24,6 +24,7 @@ import zoo
 from tests.convert_helpers import (RTOL, assert_exactly_once,
                                    randomize_torch, relative_difference,
                                    zoo_on_tokens)
+from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import export, transformers_encoder
 
@@ -113,7 +114,7 @@ def _export_round_trip(model, converted):
   assert difference <= RTOL, difference
 
 
-@pytest.mark.parametrize('name', ['bert_base', 'roberta_base'])
+@pytest.mark.parametrize('name', slow_after(1, ['bert_base', 'roberta_base']))
 def test_masked_lm_gives_transformers_logits_with_padding(name, tmp_path):
   model = _original(name)
   converted = _convert(model, tmp_path, name)
@@ -136,7 +137,8 @@ def test_masked_lm_gives_transformers_logits_with_padding(name, tmp_path):
   _export_round_trip(model, converted)
 
 
-@pytest.mark.parametrize('name', ['bert_base', 'roberta_base'])
+# RoBERTa here and BERT above in the fast tier: each family once.
+@pytest.mark.parametrize('name', slow_after(1, ['roberta_base', 'bert_base']))
 def test_a_sequence_classifier_gives_transformers_logits(name, tmp_path):
   model = _original(name, 'ForSequenceClassification', num_labels=3)
   converted = _convert(model, tmp_path, name)
@@ -193,7 +195,7 @@ def test_a_file_of_another_size_is_one_error(tmp_path):
     convert.convert(tensors)
 
 
-@pytest.mark.parametrize('name', list(ORIGINALS))
+@pytest.mark.parametrize('name', slow_after(1, list(ORIGINALS)))
 def test_registered_counts_are_the_originals(name):
   kind, config = ORIGINALS[name]
   config = getattr(transformers, f'{kind}Config')(**config)
