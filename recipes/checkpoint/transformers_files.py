@@ -27,8 +27,9 @@ def names_a_repository(weights: str) -> bool:
 
 def fetch(repository: str, tokenizers: Sequence[str]) -> tuple[str, str]:
   """(model.safetensors, the first of the `tokenizers` files the Hub
-  repository has), downloaded into the weights cache with its
-  tokenizer_config.json where there is one (it names the special tokens).
+  repository has), downloaded into the weights cache with its config.json
+  (the model's heads, RoPE and norm epsilon, which the weights do not hold)
+  and tokenizer_config.json (it names the special tokens) where it has them.
 
   Raises:
     download.DownloadError: no weights, or none of `tokenizers` (the last
@@ -36,10 +37,11 @@ def fetch(repository: str, tokenizers: Sequence[str]) -> tuple[str, str]:
   """
   downloads = os.path.join(pretrained.cache_dir(), 'downloads')
   file = download.fetch(f'hf://{repository}/model.safetensors', downloads)
-  try:  # Optional.
-    download.fetch(f'hf://{repository}/tokenizer_config.json', downloads)
-  except download.DownloadError:
-    pass
+  for optional in ('config.json', 'tokenizer_config.json'):
+    try:
+      download.fetch(f'hf://{repository}/{optional}', downloads)
+    except download.DownloadError:
+      pass
   for i, name in enumerate(tokenizers):
     try:
       return file, download.fetch(f'hf://{repository}/{name}', downloads)
