@@ -316,7 +316,7 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
           f'{kv_heads} key heads of {head_dim} features are '
           f'{heads * head_dim} and {kv_heads * head_dim} features, but its '
           f'tensors have {q_rows} and {kv_rows}.')
-  else:  # No config.json: the heads are counted in the zoo model's width.
+  else:  # No heads in a config.json: counted in the zoo model's width.
     d = variants.options(name)
     head_dim = d['head_dim'] or d['hidden_size'] // d['num_heads']
     if q_rows % head_dim or kv_rows % head_dim:
