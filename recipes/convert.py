@@ -6,10 +6,11 @@
 
 --source: torchvision (ResNet-18/34/50/101/152 .pth/.safetensors), timm
 (ViT-Ti/S/B/L .safetensors/.pth) or big_vision (Google's ViT .npz).
---model picks the zoo model (default: the file's); --image_size resizes a
-ViT's position embedding (default: the file's size). DST_DIR must be new or
-empty. Mistakes end with one line and exit status 1 (2 for a usage
-error).
+A transformers decoder's config.json beside SRC_FILE gives its heads, RoPE
+and norm epsilon. --model picks the zoo model (default: the file's);
+--image_size resizes a ViT's position embedding (default: the file's size).
+DST_DIR must be new or empty. Mistakes end with one line and exit status 1
+(2 for a usage error).
 """
 
 import argparse

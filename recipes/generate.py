@@ -254,7 +254,8 @@ def _transformers(file: str, name: str | None, dtype):
                     "Qwen2ForCausalLM weights); give one's model.safetensors.")
   if name:
     _check_decoder(name, file)
-  converted = transformers_decoder.convert(tensors, file, name)
+  converted = transformers_decoder.convert(
+      tensors, file, name, config=transformers_decoder.read_config(file))
   return _model(converted.name, converted.kwargs, dtype), converted.variables
 
 

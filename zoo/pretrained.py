@@ -202,6 +202,12 @@ def published(name: str, tag: str | bool, num_classes: int | None = None,
         'kept in %s).', entry.name, entry.url, cache_dir())
     file = download.fetch(entry.url, os.path.join(cache_dir(), 'downloads'),
                           entry.sha256, entry.size)
+    if entry.tokenizer_url:  # A language model's heads and RoPE, beside it.
+      try:
+        download.fetch(entry.url.rsplit('/', 1)[0] + '/config.json',
+                       os.path.join(cache_dir(), 'downloads'))
+      except download.DownloadError:
+        pass
     if converted is None:
       converted = convert.load(file, None, entry.model)
       _write_cache(converted, entry, cached)

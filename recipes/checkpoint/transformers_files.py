@@ -27,14 +27,16 @@ def names_a_repository(weights: str) -> bool:
 
 def fetch(repository: str, tokenizers: Sequence[str]) -> tuple[str, str]:
   """(model.safetensors, the first of the `tokenizers` files the Hub
-  repository has), downloaded into the weights cache with its
-  tokenizer_config.json where there is one (it names the special tokens).
+  repository has), downloaded into the weights cache with its config.json
+  (the model's heads, RoPE and norm epsilon, which the weights do not hold)
+  and tokenizer_config.json (it names the special tokens) where it has them.
 
   Raises:
     download.DownloadError: no weights, or none of `tokenizers` (the last
       one's error).
   """
   file = download.fetch(f'hf://{repository}/model.safetensors', _downloads())
+  _fetch_optional(repository, 'config.json')
   return file, fetch_tokenizer(repository, tokenizers)
 
 
@@ -46,10 +48,7 @@ def fetch_tokenizer(repository: str, tokenizers: Sequence[str]) -> str:
   Raises:
     download.DownloadError: none of `tokenizers` (the last one's error).
   """
-  try:  # Optional.
-    download.fetch(f'hf://{repository}/tokenizer_config.json', _downloads())
-  except download.DownloadError:
-    pass
+  _fetch_optional(repository, 'tokenizer_config.json')
   for i, name in enumerate(tokenizers):
     try:
       return download.fetch(f'hf://{repository}/{name}', _downloads())
@@ -57,6 +56,13 @@ def fetch_tokenizer(repository: str, tokenizers: Sequence[str]) -> str:
       if i == len(tokenizers) - 1:
         raise
   raise ValueError('no tokenizer file to fetch')
+
+
+def _fetch_optional(repository: str, name: str):
+  try:
+    download.fetch(f'hf://{repository}/{name}', _downloads())
+  except download.DownloadError:
+    pass
 
 
 def _downloads() -> str:

@@ -27,8 +27,11 @@ def test_a_hub_model_generates_as_in_process_and_mistakes_are_one_line(
     tmp_path, capsys):
   folder = tmp_path / 'gpt2'
   write_model_folder(folder)
+  # Heads of 32 features, not gpt2's 64: only its config.json says so.
+  (folder / 'config.json').write_text('{"n_embd": 128, "n_head": 4}')
   server = HubServer({f'tiny/gpt2/{name}': (folder / name).read_bytes()
-                      for name in ('model.safetensors', 'tokenizer.json')})
+                      for name in ('model.safetensors', 'tokenizer.json',
+                                   'config.json')})
   env = command_env(HF_ENDPOINT=server.url, HF_HUB_CACHE=str(tmp_path / 'hf'),
                     JAX_MODEL_ZOO_WEIGHTS=str(tmp_path / 'zoo'))
   argv = ['--model=gpt2', '--prompt=w1 w2 w3', '--prompt=w7',
@@ -49,7 +52,7 @@ def test_a_hub_model_generates_as_in_process_and_mistakes_are_one_line(
   gets = [r for r in server.requests
           if r.startswith('GET') and '/resolve/' in r]
   assert sorted(r.split('/')[-1] for r in gets) == [
-      'model.safetensors', 'tokenizer.json']  # Each once.
+      'config.json', 'model.safetensors', 'tokenizer.json']  # Each once.
   assert generate.main([f'--weights={folder}', *argv]) == 0
   assert capsys.readouterr().out == runs[0].stdout
   assert bad.returncode == 1 and not bad.stdout

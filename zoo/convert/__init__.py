@@ -25,7 +25,10 @@ package with a SOURCE is one; a new one is a new file):
 Each has `SOURCE`, `matches(tensors)` (the tensors' names are its; no two
 converters match the same file) and `convert(...)`; an exportable one also
 `template(name, kwargs)`, the names and shapes of the file a zoo model makes
-(export.py). Files are read by files.py (.safetensors without torch; .pth
+(export.py); one whose model's settings are not all in the weights also
+`read_config(path)`, the config.json beside the file, which its `convert`
+takes as `config` (transformers' decoders: their heads, RoPE, norm
+epsilon). Files are read by files.py (.safetensors without torch; .pth
 with torch; .npz); transfer.py checks that every tensor is used exactly once and every
 variable set exactly once, and names the first tensor that does not fit.
 """
@@ -79,7 +82,8 @@ def detect(tensors: Mapping[str, np.ndarray]) -> str | None:
 def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
             file: str = 'the checkpoint', name: str | None = None,
             num_classes: int | None = None,
-            image_size: int | None = None) -> Converted:
+            image_size: int | None = None,
+            config: Mapping | None = None) -> Converted:
   """`tensors` of a `source` checkpoint (None: detected) as the zoo model
   `name` (None: the file's; a zoo name or timm's ViT name).
 
@@ -97,6 +101,8 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
     num_classes: the model's classes; None: the file's head's.
     image_size: a ViT's input side, in pixels; None: the file's. Ignored by
       ResNets, which take any size.
+    config: the model's config.json, for a converter with `read_config`
+      (transformers' decoders); None: none.
 
   Returns:
     The Converted model: name, kwargs, variables and the bookkeeping.
@@ -104,7 +110,8 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
   Raises:
     ConversionError: (a ValueError) `tensors` is empty or of no known
       source, `source` is unknown or not the file's, `num_classes` or
-      `image_size` is not a positive int, or the file does not fit `name`.
+      `image_size` is not a positive int, `config` is given to a converter
+      that reads none, or the file does not fit `name`.
   """
   if not tensors:
     raise ConversionError(f'{file} holds no tensors.')
@@ -131,13 +138,22 @@ def convert(tensors: Mapping[str, np.ndarray], source: str | None = None,
     if value is not None and not (isinstance(value, int) and value > 0
                                   and not isinstance(value, bool)):
       raise ConversionError(f'{what} must be a positive int, not {value!r}.')
-  return module.convert(tensors, file, name, num_classes, image_size)
+  if config is None:
+    return module.convert(tensors, file, name, num_classes, image_size)
+  if not hasattr(module, 'read_config'):
+    raise ConversionError(f'{file} is a {source} checkpoint, whose '
+                          'converter takes no config.')
+  return module.convert(tensors, file, name, num_classes, image_size,
+                        config=config)
 
 
 def load(path: str | os.PathLike, source: str | None = None,
          name: str | None = None, num_classes: int | None = None,
          image_size: int | None = None) -> Converted:
-  """The checkpoint file at `path` converted: see `convert`.
+  """The checkpoint file at `path` converted: see `convert`; with the
+  config.json beside it where its converter reads one (transformers'
+  decoders: their heads, RoPE and norm epsilon are in it, not in the
+  weights).
 
   Args:
     path: a .safetensors, .pth/.pt/.bin or .npz file; local, or a URL such
@@ -154,8 +170,12 @@ def load(path: str | os.PathLike, source: str | None = None,
     ConversionError: the file cannot be read (missing, another extension,
       damaged; .pth without torch) or converted (see `convert`).
   """
-  return convert(files.read(path), source, os.fspath(path), name,
-                 num_classes, image_size)
+  tensors = files.read(path)
+  module = converter(tensors)
+  config = (module.read_config(path) if hasattr(module, 'read_config')
+            else None)
+  return convert(tensors, source, os.fspath(path), name, num_classes,
+                 image_size, config)
 
 
 __all__ = ['CONVERTERS', 'ConversionError', 'Converted', 'SOURCES',

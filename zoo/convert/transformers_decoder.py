@@ -16,15 +16,27 @@ in); q, k and v with biases in Qwen2), `post_attention_layernorm`,
 file has one that is not the token embedding; a tied file has none (or the
 same values, set aside).
 
-The weights do not say how many heads share the width, nor the RoPE base
-or scaling: those are the zoo model's (its config.json's), and the heads
-are counted in its head width (64 in every registered variant). Without
-`name`, the registered variant of the file's sizes is chosen.
+The weights do not say how many heads share the width, nor RoPE's base
+and scaling or the norms' epsilon: those come from the model's config.json,
+which transformers writes beside the weights (`read_config`; `zoo.convert.
+load` and the recipes read it): `n_head` or `num_attention_heads`,
+`num_key_value_heads`, `head_dim`, `rope_theta`, Llama 3's RoPE scaling
+(`rope_parameters`, transformers 4's `rope_scaling`; another rope_type is
+an error), `layer_norm_epsilon` or `rms_norm_eps`. Those that differ from
+the zoo model's are its kwargs. Without a config.json (or where it lacks a
+key) they are the zoo model's, and the heads are counted in its head width
+(64 in every registered variant): a model with heads of another width,
+e.g. GPT-2 with n_embd=64 and n_head=4, converts wrongly without its
+config.json. Without `name`, the registered variant of the file's sizes is
+chosen.
 """
 
+import json
+import os
 from typing import Any, Mapping
 
 import numpy as np
+from etils import epath
 
 from zoo import registry
 from zoo.convert import variants
@@ -62,6 +74,75 @@ def matches(tensors: Mapping[str, np.ndarray]) -> bool:
     True if the names are this source's.
   """
   return _layout(tensors) is not None
+
+
+def read_config(file: str | os.PathLike) -> dict[str, Any] | None:
+  """The config.json beside `file` (local, or a URL such as gs://...),
+  which transformers' `save_pretrained` and Hub repositories keep with the
+  weights.
+
+  Args:
+    file: the weights file.
+
+  Returns:
+    Its settings, or None where there is no config.json.
+
+  Raises:
+    ConversionError: the config.json is not a JSON object.
+  """
+  path = epath.Path(os.fspath(file)).parent / 'config.json'
+  if not path.is_file():
+    return None
+  try:
+    config = json.loads(path.read_text())
+  except ValueError as e:
+    raise ConversionError(f'{path} is not JSON ({e}).') from None
+  if not isinstance(config, dict):
+    raise ConversionError(f'{path} holds a JSON {type(config).__name__}, '
+                          'not a model\'s settings.')
+  return config
+
+
+def _config_options(config: Mapping[str, Any], file: str,
+                    gpt2: bool) -> dict[str, Any]:
+  """The Decoder options that transformers' `config` sets: the heads
+  (num_heads, num_kv_heads, head_dim) where it names them, norm_epsilon,
+  and for the Llama shape rope_theta and rope_scaling."""
+
+  def get(*keys):
+    return next((config[k] for k in keys if config.get(k) is not None), None)
+
+  found = dict(num_heads=get('n_head', 'num_attention_heads'),
+               num_kv_heads=get('num_key_value_heads'),
+               head_dim=get('head_dim'),
+               norm_epsilon=get('layer_norm_epsilon', 'rms_norm_eps'))
+  found = {k: int(v) if k != 'norm_epsilon' else float(v)
+           for k, v in found.items() if v is not None}
+  if gpt2:
+    return found
+  # transformers 5 keeps RoPE's base and scaling in rope_parameters; 4 the
+  # base in rope_theta and the scaling (or null) in rope_scaling.
+  rope = get('rope_parameters', 'rope_scaling') or {}
+  theta = rope.get('rope_theta', config.get('rope_theta'))
+  if theta is not None:
+    found['rope_theta'] = float(theta)
+  kind = rope.get('rope_type', rope.get('type', 'default'))
+  if kind == 'llama3':
+    try:
+      found['rope_scaling'] = (
+          float(rope['factor']), float(rope['low_freq_factor']),
+          float(rope['high_freq_factor']),
+          int(rope['original_max_position_embeddings']))
+    except KeyError as e:
+      raise ConversionError(f'{file}: the llama3 RoPE scaling of its '
+                            f'config.json has no {e}.') from None
+  elif kind == 'default':
+    found['rope_scaling'] = None  # Also where the zoo model has a scaling.
+  else:
+    raise ConversionError(f'{file}: its config.json\'s RoPE scaling '
+                          f'{kind!r} is not supported; the zoo\'s Decoder '
+                          'has Llama 3\'s (llama3) or none (default).')
+  return found
 
 
 def decoders(positions: str) -> list[str]:
@@ -155,29 +236,34 @@ def template(name: str, kwargs: Mapping[str, Any]) -> dict[str, tuple]:
 
 def convert(tensors: Mapping[str, np.ndarray], file: str,
             name: str | None = None, num_classes: int | None = None,
-            image_size: int | None = None) -> Converted:
+            image_size: int | None = None,
+            config: Mapping[str, Any] | None = None) -> Converted:
   """The zoo decoder `name` (default: the registered one of the file's
   sizes) with the file's weights.
 
   Args:
     tensors: the file's tensors by name.
     file: what to call the file in error messages.
-    name: a registered decoder of the file's kind (GPT-2 or Llama shape);
-      its heads' width, RoPE base and scaling, norm epsilon are kept.
+    name: a registered decoder of the file's kind (GPT-2 or Llama shape).
     num_classes: must be None: a language model's outputs are its
       vocabulary.
     image_size: must be None.
+    config: the model's config.json (`read_config`), which gives its heads,
+      RoPE base and scaling, and norm epsilon; None: those of `name`, the
+      heads counted in its head width.
 
   Returns:
     The Converted decoder; its kwargs fix the sizes the file gives
     (vocab_size, hidden_size, num_layers, mlp_dim, num_heads, num_kv_heads,
     head_dim, max_length of GPT-2's positions, qkv_bias, tie_embeddings)
-    where they differ from the model's defaults.
+    and `config` gives (rope_theta, rope_scaling, norm_epsilon) where they
+    differ from the model's defaults.
 
   Raises:
     ConversionError: `num_classes` or `image_size` given, no decoder has
       the file's sizes, `name` is not a decoder of the file's kind, the
-      heads do not divide, or a tensor does not fit.
+      heads do not divide or are not those of `config`, `config` has a RoPE
+      scaling other than Llama 3's, or a tensor does not fit.
     ValueError: `name` is not a known model.
   """
   if num_classes is not None or image_size is not None:
@@ -218,18 +304,31 @@ def convert(tensors: Mapping[str, np.ndarray], file: str,
           f'{width} features, {depth} layers and {vocab} tokens, which no '
           f'zoo model has; name the one whose heads and positions it has: '
           f'{", ".join(decoders(positions))}.')
-  d = variants.options(name)
-  head_dim = d['head_dim'] or d['hidden_size'] // d['num_heads']
-  if q_rows % head_dim or kv_rows % head_dim:
-    raise ConversionError(f'{file} does not fit {name}: its {q_rows} query '
-                          f'and {kv_rows} key features do not split into '
-                          f'heads of {head_dim}, {name}\'s.')
-  heads = q_rows // head_dim
-  file_options = dict(sizes, num_heads=heads, tie_embeddings=tied)
+  given = _config_options(config, file, gpt2) if config else {}
+  heads, kv_heads, head_dim = (given.pop(k, None) for k in (
+      'num_heads', 'num_kv_heads', 'head_dim'))
+  if heads:  # As transformers splits the rows.
+    head_dim = head_dim or width // heads
+    kv_heads = kv_heads or heads
+    if (heads * head_dim, kv_heads * head_dim) != (q_rows, kv_rows):
+      raise ConversionError(
+          f'{file} does not fit its config.json: {heads} query and '
+          f'{kv_heads} key heads of {head_dim} features are '
+          f'{heads * head_dim} and {kv_heads * head_dim} features, but its '
+          f'tensors have {q_rows} and {kv_rows}.')
+  else:  # No heads in a config.json: counted in the zoo model's width.
+    d = variants.options(name)
+    head_dim = d['head_dim'] or d['hidden_size'] // d['num_heads']
+    if q_rows % head_dim or kv_rows % head_dim:
+      raise ConversionError(f'{file} does not fit {name}: its {q_rows} '
+                            f'query and {kv_rows} key features do not split '
+                            f'into heads of {head_dim}, {name}\'s.')
+    heads, kv_heads = q_rows // head_dim, kv_rows // head_dim
+  file_options = dict(sizes, num_heads=heads, tie_embeddings=tied, **given)
   if gpt2:
     file_options['max_length'] = int(tensors[f'{prefix}wpe.weight'].shape[0])
   else:
-    file_options['num_kv_heads'] = kv_rows // head_dim
+    file_options['num_kv_heads'] = kv_heads
     file_options['qkv_bias'] = f'{attention}.q_proj.bias' in tensors
   kwargs = variants.differing(name, **file_options)
   if width // heads != head_dim:

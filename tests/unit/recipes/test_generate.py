@@ -23,8 +23,8 @@ from zoo.convert import export, transformers_decoder
 tokenizers = pytest.importorskip('tokenizers')
 pytestmark = pytest.mark.usefixtures('fast_compiles')
 
-# A tiny GPT-2 with heads of 64 features, as the registered gpt2's (the
-# converter counts the heads in the named model's width).
+# A tiny GPT-2 with heads of 64 features, as the registered gpt2's (without
+# a config.json the converter counts the heads in the named model's width).
 KWARGS = dict(vocab_size=101, hidden_size=128, num_layers=2, num_heads=2,
               mlp_dim=256, max_length=24)
 EOS = 100  # '<|endoftext|>'
@@ -113,6 +113,20 @@ def test_a_folder_and_a_workdir_continue_prompts_greedily(model_folder,
                             f'--tokenizer={folder}', *argv)
   assert status == 0, err
   assert again == out
+
+
+def test_the_config_json_beside_the_weights_gives_the_heads(model_folder,
+                                                            tmp_path):
+  folder = tmp_path / 'gpt2'
+  shutil.copytree(model_folder[0], folder)
+  (folder / 'config.json').write_text(json.dumps(
+      {'model_type': 'gpt2', 'n_embd': 128, 'n_head': 4}))
+  model, _, tokenizer = generate.load(str(folder), 'gpt2')
+  assert (model.num_heads, model.head_dim) == (4, None)  # 128 / 4 each.
+  assert tokenizer == str(folder)
+  (folder / 'config.json').write_text('{"n_head": 3}')
+  with pytest.raises(ValueError, match='does not fit its config.json'):
+    generate.load(str(folder / 'model.safetensors'), 'gpt2')
 
 
 @pytest.mark.slow

@@ -125,10 +125,10 @@ def _compare(ours: dict, log: str, model, prepared) -> float:
 
 def test_converted_gpt2_gives_transformers_perplexity(tmp_path, prepared,
                                                       caplog):
-  # 2 blocks of 128 features in 2 heads: heads of 64, the width the
-  # converter counts heads in (zoo/convert/transformers_decoder.py).
-  model = _original('gpt2', vocab_size=257, n_positions=SEQ_LEN,
-                    bos_token_id=EOS, eos_token_id=EOS)
+  # 2 blocks of 64 features in 4 heads of 16, not gpt2's 64: the converter
+  # reads them from the config.json beside the weights.
+  model = _original('gpt2', n_embd=64, n_head=4, vocab_size=257,
+                    n_positions=SEQ_LEN, bos_token_id=EOS, eos_token_id=EOS)
   with torch.no_grad():  # Confident predictions, far from uniform.
     model.transformer.wte.weight.mul_(4)
   model.save_pretrained(tmp_path / 'gpt2', safe_serialization=True)

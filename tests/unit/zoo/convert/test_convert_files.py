@@ -10,7 +10,7 @@ import pytest
 
 from tests.convert_helpers import write_safetensors
 from zoo import convert
-from zoo.convert import files
+from zoo.convert import files, torchvision_resnet, transformers_decoder
 from zoo.convert.transfer import ConversionError
 
 try:  # At collection: importing torch starts a process (ldconfig), which
@@ -119,6 +119,34 @@ def test_missing_and_unknown_files_are_one_error(tmp_path):
   (tmp_path / 'bad.npz').write_bytes(b'not a zip')
   with pytest.raises(ConversionError, match='is not an .npz archive'):
     files.read(tmp_path / 'bad.npz')
+
+
+def _template_tensors(module, name, kwargs):
+  """Zeros of the names and shapes of `module`'s file of `name`."""
+  return {k: np.zeros(v, np.float32)
+          for k, v in module.template(name, kwargs).items()}
+
+
+def test_the_config_json_beside_a_file_is_read_where_it_matters(tmp_path):
+  """transformers' decoders take their heads from it (without torch); a
+  converter without read_config takes none."""
+  sizes = dict(vocab_size=11, hidden_size=64, num_layers=1, num_heads=1,
+               mlp_dim=32, max_length=8)
+  path = tmp_path / 'model.safetensors'
+  write_safetensors(path, _template_tensors(transformers_decoder, 'gpt2',
+                                            sizes))
+  assert transformers_decoder.read_config(path) is None
+  assert convert.load(path, name='gpt2').kwargs['num_heads'] == 1
+  (tmp_path / 'config.json').write_text(json.dumps({'n_head': 4}))
+  assert transformers_decoder.read_config(path) == {'n_head': 4}
+  assert convert.load(path, name='gpt2').kwargs['num_heads'] == 4
+  (tmp_path / 'config.json').write_text('{"n_head": ')
+  with pytest.raises(ConversionError, match='config.json is not JSON'):
+    convert.load(path, name='gpt2')
+  resnet = _template_tensors(torchvision_resnet, 'resnet18',
+                             dict(num_filters=8, num_classes=3))
+  with pytest.raises(ConversionError, match='takes no config'):
+    convert.convert(resnet, config={'n_head': 4})
 
 
 def test_pth_state_dicts_are_unwrapped(tmp_path):

@@ -5,7 +5,8 @@ Each original is built at a tiny size with random weights (norm scales and
 biases too), written with `save_pretrained`, converted and compared in
 float32: the largest logit difference relative to the largest logit is at
 most 1e-5. Llama 3's RoPE scaling, grouped-query attention, Qwen2's biases,
-an untied head and a padding mask are each compared; the export goes back
+an untied head, a padding mask, and heads, RoPE and norm epsilon other than
+the zoo model's (read from config.json) are each compared; the export goes back
 into a fresh transformers model. The registered parameter counts are
 transformers' own at full size. Needs torch and transformers (the
 convert-test extra); skipped without them.
@@ -219,6 +220,88 @@ def test_a_file_of_another_kind_or_size_is_one_error(tmp_path):
   with pytest.raises(ValueError, match='96 features, 2 layers and 101 '
                      'tokens, which no zoo model has'):
     convert.convert(tensors)
+
+
+def test_gpt2_heads_of_another_width_from_config_json(tmp_path):
+  """4 heads of 16 features: config.json says so; the weights alone, read
+  in gpt2's heads of 64, are one head, and the logits are off."""
+  _, converted, difference = _check('gpt2', tmp_path, n_embd=64, n_head=4)
+  assert converted.kwargs['num_heads'] == 4
+  assert 'head_dim' not in converted.kwargs  # 64 / 4.
+  tensors = safetensors_numpy.load_file(str(tmp_path / 'model.safetensors'))
+  alone = convert.convert(tensors, name='gpt2')  # Without config.json.
+  assert alone.kwargs['num_heads'] == 1
+  tokens = _tokens()
+  wrong = relative_difference(
+      zoo_on_tokens('gpt2', alone.kwargs, alone.variables, tokens),
+      zoo_on_tokens('gpt2', converted.kwargs, converted.variables, tokens))
+  assert wrong > 10 * RTOL, (difference, wrong)
+
+
+def test_llama_rope_and_norm_epsilon_from_config_json(tmp_path):
+  """RoPE's base and Llama 3 scaling and the norms' epsilon, none of them
+  llama3_2_1b's, are the kwargs; with llama3_2_1b's the logits are off."""
+  rope = {'rope_type': 'llama3', 'rope_theta': 20000.0, 'factor': 8.0,
+          'low_freq_factor': 2.0, 'high_freq_factor': 8.0,
+          'original_max_position_embeddings': 16}
+  _, converted, difference = _check('llama3_2_1b', tmp_path,
+                                    rope_parameters=rope, rms_norm_eps=1e-2)
+  config = {'rope_theta': 20000.0, 'rope_scaling': (8.0, 2.0, 8.0, 16),
+            'norm_epsilon': 1e-2}
+  assert {k: converted.kwargs[k] for k in config} == config
+  tokens = _tokens()
+  for key in config:
+    others = {k: v for k, v in converted.kwargs.items() if k != key}
+    wrong = relative_difference(
+        zoo_on_tokens('llama3_2_1b', others, converted.variables, tokens),
+        zoo_on_tokens('llama3_2_1b', converted.kwargs, converted.variables,
+                      tokens))
+    assert wrong > 10 * RTOL, (key, difference, wrong)
+
+
+def test_config_json_of_transformers_4():
+  """rope_theta beside rope_scaling ('type' in older files); 'default'
+  takes llama3_2_1b's scaling away."""
+  tensors = {k: v.numpy() for k, v in _original('llama3_2_1b').state_dict(
+  ).items()}
+  scaled = convert.convert(tensors, name='llama3_2_1b', config={
+      'rope_theta': 30000, 'rope_scaling': {
+          'type': 'llama3', 'factor': 4, 'low_freq_factor': 1,
+          'high_freq_factor': 2, 'original_max_position_embeddings': 64}})
+  assert scaled.kwargs['rope_theta'] == 30000.0
+  assert scaled.kwargs['rope_scaling'] == (4.0, 1.0, 2.0, 64)
+  plain = convert.convert(tensors, name='llama3_2_1b', config={
+      'rope_theta': 500000.0, 'rope_scaling': None})
+  assert plain.kwargs['rope_scaling'] is None
+  assert 'rope_theta' not in plain.kwargs
+
+
+def test_config_json_that_contradicts_the_weights_is_one_error(tmp_path):
+  model = _original('gpt2')  # 2 heads of 64.
+  model.save_pretrained(tmp_path)
+  (tmp_path / 'config.json').write_text('{"n_head": 3}')
+  with pytest.raises(convert.ConversionError, match=r'does not fit its '
+                     r'config.json: 3 query and 3 key heads of 42 features '
+                     r'are 126 and 126 features, but its tensors have 128 '
+                     r'and 128\.$'):
+    convert.load(tmp_path / 'model.safetensors', name='gpt2')
+  tensors = {k: v.numpy() for k, v in _original('smollm2_135m').state_dict(
+  ).items()}
+  with pytest.raises(convert.ConversionError, match='4 query and 1 key heads '
+                     'of 64 features are 256 and 64 features, but its '
+                     'tensors have 128 and 64'):
+    convert.convert(tensors, name='smollm2_135m', config={
+        'num_attention_heads': 4, 'num_key_value_heads': 1, 'head_dim': 64})
+
+
+@pytest.mark.parametrize('rope_type', ['yarn', 'linear', 'dynamic'])
+def test_another_rope_scaling_is_one_error(rope_type):
+  tensors = {k: v.numpy() for k, v in _original('smollm2_135m').state_dict(
+  ).items()}
+  with pytest.raises(convert.ConversionError, match=(
+      f"its config.json's RoPE scaling '{rope_type}' is not supported")):
+    convert.convert(tensors, name='smollm2_135m', config={'rope_parameters': {
+        'rope_type': rope_type, 'factor': 2.0, 'rope_theta': 10000.0}})
 
 
 @pytest.mark.slow  # 124M and 135M parameters: the same code, larger.
