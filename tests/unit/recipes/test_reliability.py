@@ -171,6 +171,9 @@ def test_a_signal_during_evaluation_stops_and_the_resume_redoes_it(
   config = _config(data_dir, eval_every_steps=3, checkpoint_every_steps=0,
                    ema_decay=0.9)
   config.extra_eval_splits = {'minival': 'train[:16]'}
+  # Whatever the process had: Python's handler, or SIG_IGN where a library
+  # run earlier in this test process left that.
+  before = signal.getsignal(signal.SIGINT)
   with caplog.at_level('WARNING'):
     assert loop.train_and_evaluate(config, str(tmp_path)) is None
   assert 'Stopped by SIGINT after step 3 of 6' in caplog.text
@@ -178,7 +181,7 @@ def test_a_signal_during_evaluation_stops_and_the_resume_redoes_it(
     assert mngr.all_steps() == [3]
   scalars = read_scalars(str(tmp_path))
   assert sorted(scalars['eval/loss']) == [3] and 'eval_ema/loss' not in scalars
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  assert signal.getsignal(signal.SIGINT) is before  # Put back.
 
   monkeypatch.setattr(evaluation, 'evaluate', evaluate)
   with caplog.at_level('INFO'):
