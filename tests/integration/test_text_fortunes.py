@@ -1,8 +1,9 @@
 """configs/text_fortunes.py as users run it, on the real text of Debian's
 fortunes package: one command prepares the text and trains; 1 process x 2
 devices killed by SIGKILL and resumed ends bitwise where 2 processes x 1
-device (preparing the text together) end; the evaluation curve is in
-TensorBoard and `recipes.evaluate` gives the run's last perplexity."""
+device (preparing the text together) end; the last line gives tokens/s and
+the perplexity, the evaluation curve is in TensorBoard and
+`recipes.evaluate` gives the run's last perplexity."""
 
 import os
 import re
@@ -26,12 +27,14 @@ EVAL = re.compile(r'step (\d+): eval loss ([\d.]+), perplexity ([\d.]+), '
                   r'token accuracy [\d.]+ over (\d+) tokens of validation')
 
 
-def _flags(workdir, data_dir):
+def _flags(workdir, data_dir, eval_every=NUM_STEPS):
   return ['--config=configs/text_fortunes.py', f'--workdir={workdir}',
           f'--config.data_dir={data_dir}',
           f'--config.num_train_steps={NUM_STEPS}',
-          '--config.batch_size=8', '--config.warmup_steps=5', '--config.checkpoint_every_steps=10',
-          '--config.log_every_steps=10', '--config.eval_every_steps=10']
+          '--config.batch_size=8', '--config.eval_batch_size=64',
+          '--config.warmup_steps=5', '--config.checkpoint_every_steps=10',
+          '--config.log_every_steps=10',
+          f'--config.eval_every_steps={eval_every}']
 
 
 def _run(command, devices_per_process):
@@ -50,7 +53,7 @@ def test_fortunes_train_resume_bitwise_on_any_process_count(tmp_path):
   data_dir = tmp_path / 'tokens'
   train = [sys.executable, '-m', 'recipes.train']
   two = _run([LOCAL_LAUNCHER, '--num_processes=2', '--devices_per_process=1',
-              '--', *train, *_flags(tmp_path / 'two', data_dir)], 1)
+              '--', *train, *_flags(tmp_path / 'two', data_dir, 10)], 1)
   # Both processes found the text unprepared; one prepared it.
   assert two.count('Preparing fortune:') == 1, two[-3000:]
 
@@ -59,6 +62,9 @@ def test_fortunes_train_resume_bitwise_on_any_process_count(tmp_path):
                                  JAX_NUM_CPU_DEVICES='2')
   log = _run(command, 2)
   assert 'Resuming from the checkpoint of step 10' in log, log[-3000:]
+  assert re.search(r'Done: steps 11-20 of 20 .*tokens/s while training\); '
+                   r'final accuracy [\d.]+ on validation \(loss [\d.]+, '
+                   r'perplexity [\d.]+\)\.', log), log[-3000:]
   assert 'Preparing' not in log  # Read as the first run left it.
 
   (step, one), (_, other) = (saved_params(tmp_path / 'one'),
@@ -67,7 +73,8 @@ def test_fortunes_train_resume_bitwise_on_any_process_count(tmp_path):
   for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(other)):
     np.testing.assert_array_equal(a, b)
 
-  # The whole validation split, every evaluation: the curve falls.
+  # The whole validation split, every evaluation; the curve (of the run
+  # not killed, which evaluates every 10 steps) falls.
   source = fortune_source.open(DEBIAN)
   documents = source.splits['validation'].read(
       range(len(source.splits['validation'])))
