@@ -141,7 +141,9 @@ class Progress:
   def _position(self) -> str:
     where = f'{100 * self.done // max(self.total, 1)}%'
     if self._per_epoch:
-      epochs = f'{self.total / self._per_epoch:.1f}'.removesuffix('.0')
+      epochs = self.total / self._per_epoch  # A short run: a fraction.
+      epochs = (f'{epochs:.2g}' if epochs < 0.05 else
+                f'{epochs:.1f}'.removesuffix('.0'))
       where += f', epoch {self.done / self._per_epoch:.1f}/{epochs}'
     return f'{self._label} {self.done:,}/{self.total:,} ({where})'
 

@@ -106,3 +106,11 @@ def test_a_phase_says_what_it_is_then_how_long_so_far():
   count = len(lines)
   ticked.wait(0.05)
   assert len(lines) == count  # None after the block.
+
+
+def test_a_run_shorter_than_an_epoch_shows_its_fraction():
+  """A 20-step run of 1,174 steps an epoch is 0.017 of one, not '0'."""
+  for total, shown in ((20, '0.017'), (600, '0.5'), (11_740, '10')):
+    steps = progress.Progress(total, per_epoch=1174, write=lambda _: None)
+    steps.update(11)
+    assert f'epoch 0.0/{shown})' in steps.line(), steps.line()
