@@ -68,26 +68,24 @@ def command_env(**extra) -> dict[str, str]:
   return {**env, 'JAX_PLATFORMS': 'cpu', 'PYTHON': sys.executable, **extra}
 
 
-def sigkill_after_first_checkpoint(command: list[str], workdir,
-                                   timeout: float = 600, **env) -> str:
-  """Starts a training `command` (its workdir `workdir`, `env` added to
-  command_env's) and kills it with SIGKILL once its first checkpoint is
-  there. Fails if the command ends first or `timeout` seconds pass.
-  Returns what it printed."""
-  # A file, not a pipe: a full pipe would stop the run before its checkpoint.
+def sigkill_when(command: list[str], ready, what: str, timeout: float,
+                 poll: float = 0.05, **env) -> str:
+  """Starts `command` (`env` added to command_env's) and kills it with
+  SIGKILL once `ready()` is true. Fails if the command ends first or
+  `timeout` seconds pass (`what` names the moment awaited). Returns what it
+  printed."""
+  # A file, not a pipe: a full pipe would stop the command before the moment.
   with tempfile.TemporaryFile('w+') as log:
     process = subprocess.Popen(command, cwd=ROOT, stdout=log,
                                stderr=subprocess.STDOUT,
                                env=command_env(**env))
     deadline = time.monotonic() + timeout
-    checkpoints = os.path.join(workdir, 'checkpoints')
     try:
-      while not (os.path.isdir(checkpoints) and any(
-          name.isdigit() for name in os.listdir(checkpoints))):
-        assert process.poll() is None, 'the run ended before its checkpoint'
-        assert time.monotonic() < deadline, 'no checkpoint in time'
+      while not ready():
+        assert process.poll() is None, f'it ended before {what}'
+        assert time.monotonic() < deadline, f'not in time: {what}'
         try:
-          process.wait(timeout=0.05)
+          process.wait(timeout=poll)
         except subprocess.TimeoutExpired:
           pass
     finally:
@@ -97,27 +95,33 @@ def sigkill_after_first_checkpoint(command: list[str], workdir,
     return log.read()
 
 
+def sigkill_after_first_checkpoint(command: list[str], workdir,
+                                   timeout: float = 600, **env) -> str:
+  """Kills a training `command` (its workdir `workdir`) with SIGKILL once
+  its first checkpoint is there (`sigkill_when`)."""
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  return sigkill_when(
+      command, lambda: os.path.isdir(checkpoints) and any(
+          name.isdigit() for name in os.listdir(checkpoints)),
+      'its first checkpoint', timeout, **env)
+
+
 def sigkill_prepare_after(command: list[str], dst, shards: int,
                           timeout: float):
-  """Starts recipes.data.prepare's `command` (writing into `dst`) and kills
-  it with SIGKILL once its progress file lists `shards` finished shards (a
-  shard is listed after its rename; the file's first line is its header).
-  Fails if the command ends first or `timeout` seconds pass."""
-  process = subprocess.Popen(command, cwd=ROOT, env=command_env(),
-                             stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-  deadline = time.monotonic() + timeout
+  """Kills recipes.data.prepare's `command` (writing into `dst`) with
+  SIGKILL once its progress file lists `shards` finished shards (a shard is
+  listed after its rename; the file's first line is its header), watching
+  closely: a shard takes milliseconds (`sigkill_when`)."""
   progress = os.path.join(dst, prepare.PROGRESS)
-  try:
-    while not (os.path.exists(progress)
-               and len(open(progress).read().splitlines()) > shards):
-      assert process.poll() is None, f'it ended before writing {shards} shards'
-      assert time.monotonic() < deadline, f'{shards} shards not written in time'
-      time.sleep(0.002)
-    process.send_signal(signal.SIGKILL)
-  finally:
-    process.kill()
-    process.wait(timeout)
+
+  def written() -> bool:
+    if not os.path.exists(progress):
+      return False
+    with open(progress) as f:
+      return len(f.read().splitlines()) > shards
+
+  sigkill_when(command, written, f'{shards} shards written', timeout,
+               poll=0.002)
 
 
 def prepare_in_process(*args) -> tuple[int, str, str]:
