@@ -148,13 +148,16 @@ def warn_size(config: ml_collections.ConfigDict,
     config: the run's config.
     image_shape: the model's input shape, HWC.
   """
-  if config.pretrained and not weights(config).tokenizer_url:
-    entry = weights(config)
-    if tuple(image_shape[:2]) != (entry.input_size,) * 2:
-      logging.warning(
-          f'The model sees {image_shape[0]}x{image_shape[1]} images; '
-          f'{entry.name} was trained on {entry.input_size}x'
-          f'{entry.input_size}: fine-tuning at another size works (a ViT\'s '
-          'position embedding is resampled) but usually needs more steps; '
-          '--config.augment=finetune --config.image_size='
-          f'{entry.input_size} resizes to theirs.')
+  if not config.pretrained:
+    return
+  entry = weights(config)
+  if entry.tokenizer_url:  # A language model's: it sees no images.
+    return
+  if tuple(image_shape[:2]) != (entry.input_size,) * 2:
+    logging.warning(
+        f'The model sees {image_shape[0]}x{image_shape[1]} images; '
+        f'{entry.name} was trained on {entry.input_size}x'
+        f'{entry.input_size}: fine-tuning at another size works (a ViT\'s '
+        'position embedding is resampled) but usually needs more steps; '
+        '--config.augment=finetune --config.image_size='
+        f'{entry.input_size} resizes to theirs.')
