@@ -130,6 +130,16 @@ def fetch(url: str, directory: str, expected_sha256: str | None = None,
                       'PATH).')
 
 
+def fetch_optional(url: str, directory: str) -> str | None:
+  """`fetch(url, directory)` for a file that may not be there (a model's
+  config.json or tokenizer_config.json beside its weights): None where it
+  cannot be had."""
+  try:
+    return fetch(url, directory)
+  except DownloadError:
+    return None
+
+
 def _by_hand(url: str) -> str:
   """How to fetch `url` by hand, and where the next use finds it."""
   address = web_address(url)

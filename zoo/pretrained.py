@@ -203,11 +203,8 @@ def published(name: str, tag: str | bool, num_classes: int | None = None,
     file = download.fetch(entry.url, os.path.join(cache_dir(), 'downloads'),
                           entry.sha256, entry.size)
     if entry.tokenizer_url:  # A language model's heads and RoPE, beside it.
-      try:
-        download.fetch(entry.url.rsplit('/', 1)[0] + '/config.json',
-                       os.path.join(cache_dir(), 'downloads'))
-      except download.DownloadError:
-        pass
+      download.fetch_optional(entry.url.rsplit('/', 1)[0] + '/config.json',
+                              os.path.join(cache_dir(), 'downloads'))
     if converted is None:
       converted = convert.load(file, None, entry.model)
       _write_cache(converted, entry, cached)

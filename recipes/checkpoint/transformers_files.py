@@ -36,7 +36,7 @@ def fetch(repository: str, tokenizers: Sequence[str]) -> tuple[str, str]:
       one's error).
   """
   file = download.fetch(f'hf://{repository}/model.safetensors', _downloads())
-  _fetch_optional(repository, 'config.json')
+  download.fetch_optional(f'hf://{repository}/config.json', _downloads())
   return file, fetch_tokenizer(repository, tokenizers)
 
 
@@ -48,7 +48,8 @@ def fetch_tokenizer(repository: str, tokenizers: Sequence[str]) -> str:
   Raises:
     download.DownloadError: none of `tokenizers` (the last one's error).
   """
-  _fetch_optional(repository, 'tokenizer_config.json')
+  download.fetch_optional(f'hf://{repository}/tokenizer_config.json',
+                          _downloads())
   for i, name in enumerate(tokenizers):
     try:
       return download.fetch(f'hf://{repository}/{name}', _downloads())
@@ -56,13 +57,6 @@ def fetch_tokenizer(repository: str, tokenizers: Sequence[str]) -> str:
       if i == len(tokenizers) - 1:
         raise
   raise ValueError('no tokenizer file to fetch')
-
-
-def _fetch_optional(repository: str, name: str):
-  try:
-    download.fetch(f'hf://{repository}/{name}', _downloads())
-  except download.DownloadError:
-    pass
 
 
 def _downloads() -> str:
