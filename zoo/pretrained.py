@@ -139,11 +139,7 @@ def load_pretrained(name: str | None, path: str | os.PathLike,
   variables = traverse_util.flatten_dict(converted.variables, sep='/')
   if converted.initialized:
     shape = registry.input_shape(converted.name, **converted.kwargs)
-    initial = jax.jit(model.init)(jax.random.PRNGKey(seed),
-                                  jnp.zeros((1, *shape), jnp.float32))
-    initial = traverse_util.flatten_dict(nn.meta.unbox(initial), sep='/')
-    for target in converted.initialized:
-      variables[target] = initial[target]
+    variables.update(_initialized(model, shape, seed, converted.initialized))
     why = sorted(set(converted.ignored.values()) - {'a step counter'})
     logging.getLogger(__name__).warning(
         '%s: %s re-initialized (the file %s has %s).', converted.describe(),
@@ -152,6 +148,20 @@ def load_pretrained(name: str | None, path: str | os.PathLike,
   variables = jax.tree.map(jnp.asarray, variables)
   return model, traverse_util.unflatten_dict(variables, sep='/')
 
+
+
+def _initialized(model, shape, seed: int, targets) -> dict:
+  """The initial values of `targets` (flattened names) alone: the rest of
+  the model's initialization, its forward pass included, is left out of
+  the compiled program, which for a large model with a new head is most
+  of the compile."""
+
+  def init(rng):
+    variables = model.init(rng, jnp.zeros((1, *shape), jnp.float32))
+    flat = traverse_util.flatten_dict(nn.meta.unbox(variables), sep='/')
+    return {target: flat[target] for target in targets}
+
+  return jax.jit(init)(jax.random.PRNGKey(seed))
 
 
 def _is_tag(name: str | None, path) -> bool:
