@@ -41,6 +41,16 @@ def originals(*names: str) -> list:
           for name in names]
 
 
+def against(library, reference: str):
+  """Marks a test compared with `library` (None without the convert-test
+  extra), `reference` naming what it compares with: skipped without it,
+  saying so, and in the slow tier, as every comparison with the originals
+  is (docs/testing.md)."""
+  skip = pytest.mark.skipif(library is None, reason=f'the reference is '
+                            f'{reference}: pip install -e .[convert-test]')
+  return lambda test: pytest.mark.slow(skip(test))
+
+
 # Largest logit difference relative to the largest logit, float32.
 RTOL = 1e-5
 

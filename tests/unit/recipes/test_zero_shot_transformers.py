@@ -26,7 +26,8 @@ from recipes.data.text import tokenizer as tokenizer_lib
 from tests.convert_helpers import randomize_torch, relative_difference
 from tests.unit.recipes import test_zero_shot as tiny
 
-pytestmark = pytest.mark.usefixtures('fast_compiles')
+# Compared with the originals: the whole suite's tier, not the fast one.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('fast_compiles')]
 
 
 def test_logits_and_ids_are_transformers(tmp_path):

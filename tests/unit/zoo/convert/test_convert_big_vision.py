@@ -14,10 +14,10 @@ checked against scipy.ndimage.zoom(order=1), which Google's code uses.
 import numpy as np
 import pytest
 
-from tests.convert_helpers import (RTOL, GoogleViT, assert_exactly_once,
-                                   google_vit_npz, hide_triton, images,
-                                   relative_difference, torch_logits,
-                                   zoo_logits)
+from tests.convert_helpers import (RTOL, GoogleViT, against,
+                                   assert_exactly_once, google_vit_npz,
+                                   hide_triton, images, relative_difference,
+                                   torch_logits, zoo_logits)
 from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import posemb, variants
@@ -31,6 +31,8 @@ try:
   import torch  # pylint: disable=unused-import
 except ImportError:
   timm = None
+
+needs_timms_reader = against(timm, "timm's reader")
 
 SIZES = GoogleViT()  # ViT-Ti/16's widths on a 3x3 grid (48x48 images).
 SIZE = SIZES.grid * SIZES.patch
@@ -201,8 +203,7 @@ TIMM_CASES = {
 }
 
 
-@pytest.mark.skipif(timm is None, reason='the reference is timm\'s reader: '
-                    'pip install -e .[convert-test]')
+@needs_timms_reader
 # Every layout's arrays: test_every_layout_converts_each_array_once; timm
 # reads one in the fast tier, all in the whole suite.
 @pytest.mark.parametrize('case', slow_after(
@@ -225,8 +226,7 @@ def test_logits_match_timms_reading_of_the_same_file(case, tmp_path):
   assert difference <= RTOL, difference
 
 
-@pytest.mark.skipif(timm is None, reason='the reference is timm\'s reader: '
-                    'pip install -e .[convert-test]')
+@needs_timms_reader
 def test_pre_logits_are_a_tanh_layer_before_the_head(tmp_path):
   """timm no longer reads 'pre_logits': its features (the normalized class
   token) with the layer applied in numpy are the reference."""

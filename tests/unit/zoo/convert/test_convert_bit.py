@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 
 import zoo
-from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
-                                   hide_triton, images, randomize_torch,
-                                   relative_difference, torch_logits,
-                                   zoo_logits)
+from tests.convert_helpers import (RTOL, against, all_sizes_only,
+                                   assert_exactly_once, hide_triton, images,
+                                   randomize_torch, relative_difference,
+                                   torch_logits, zoo_logits)
 from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import export, timm_bit, variants
@@ -47,9 +47,7 @@ try:
 except ImportError:
   timm = None
 
-needs_timm = pytest.mark.skipif(
-    timm is None, reason='the reference is timm: pip install -e '
-    '.[convert-test]')
+needs_timm = against(timm, 'timm')
 
 STAGES, WIDTH, CLASSES = (2, 1, 1, 1), 32, 11
 TINY = {'stage_sizes': STAGES, 'width': WIDTH}

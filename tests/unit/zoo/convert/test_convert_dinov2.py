@@ -21,6 +21,8 @@ import pytest
 from tests.convert_helpers import originals
 
 torch, timm, functional = originals('torch', 'timm', 'torch.nn.functional')
+# Compared with the originals: the whole suite's tier, not the fast one.
+pytestmark = pytest.mark.slow
 
 # pylint: disable=wrong-import-position
 import zoo

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 
 import zoo
-from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,
-                                   google_vit_npz, hide_triton, images,
-                                   randomize_torch,
+from tests.convert_helpers import (RTOL, against, all_sizes_only,
+                                   assert_exactly_once, google_vit_npz,
+                                   hide_triton, images, randomize_torch,
                                    relative_difference, torch_logits,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits,
@@ -47,8 +47,7 @@ try:
 except ImportError:
   timm = None
 
-needs_timm = pytest.mark.skipif(timm is None, reason='the reference is timm: '
-                                'pip install -e .[convert-test]')
+needs_timm = against(timm, 'timm')
 
 SIZE = 48  # A 3x3 grid of 16x16 patches.
 TIMM_NAMES = {'mixer_s16': 'mixer_s16_224', 'mixer_b16': 'mixer_b16_224',

@@ -21,6 +21,8 @@ from tests.convert_helpers import originals
 
 torch, timm, safetensors_torch = originals(
     'torch', 'timm', 'safetensors.torch')
+# Compared with the originals: the whole suite's tier, not the fast one.
+pytestmark = pytest.mark.slow
 
 # pylint: disable=wrong-import-position
 import zoo

@@ -14,6 +14,8 @@ from tests.convert_helpers import originals
 
 torch, torchvision, safetensors_torch = originals(
     'torch', 'torchvision', 'safetensors.torch')
+# Compared with the originals: the whole suite's tier, not the fast one.
+pytestmark = pytest.mark.slow
 
 # pylint: disable=wrong-import-position
 import jax

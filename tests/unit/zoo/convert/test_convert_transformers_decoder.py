@@ -19,6 +19,8 @@ from tests.convert_helpers import originals
 
 torch, transformers, safetensors_numpy = originals(
     'torch', 'transformers', 'safetensors.numpy')
+# Compared with the originals: the whole suite's tier, not the fast one.
+pytestmark = pytest.mark.slow
 
 # pylint: disable=wrong-import-position
 import zoo

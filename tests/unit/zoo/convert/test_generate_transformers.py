@@ -16,6 +16,8 @@ from tests.convert_helpers import originals
 from tests.helpers import slow_after
 
 torch, transformers = originals('torch', 'transformers')
+# Compared with the originals: the whole suite's tier, not the fast one.
+pytestmark = pytest.mark.slow
 
 # pylint: disable=wrong-import-position
 import zoo
