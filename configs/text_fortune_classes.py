@@ -37,18 +37,18 @@ def get_config():
   config = defaults.get_config()
   config.model = 'bert_base'
   config.model_kwargs = dict(hidden_size=128, num_layers=4, num_heads=4,
-                             mlp_dim=512, max_length=128, vocab_size=257,
+                             mlp_dim=512, max_length=64, vocab_size=257,
                              dropout_rate=0.1)
   config.dataset = 'fortune:/usr/share/games/fortunes'
   config.tokenizer = 'bytes'
   config.label_column = 'collection'
   config.classes = ','.join(CLASSES)
-  config.seq_len = 128
+  config.seq_len = 64
   config.train_split = 'train'
   config.eval_split = 'validation'
   config.strategy = 'sharded'  # Data parallel over every device.
   config.batch_size = 32
-  config.num_train_steps = 1200
+  config.num_train_steps = 900
   config.optimizer = 'adamw'
   config.learning_rate = 1e-3
   config.weight_decay = 0.01
