@@ -225,5 +225,5 @@ def test_an_image_models_checkpoint_given_is_one_line(tokens, tmp_path):
     store.save(mngr, 2, {'params': params['params']})
   line = train_error(_config(f'tokens:{tokens}', init_from=str(images)),
                      tmp_path / 'w')
-  assert f'error: no parameter of this model has the same name and shape ' in (
+  assert 'error: no parameter of this model has the same name and shape ' in (
       line) and str(images) in line, line
