@@ -432,16 +432,17 @@ def check_data_kind(config: ml_collections.ConfigDict):
                     'labels; name the label column with --config.'
                     'label_column=C (collection for fortune:), or train a '
                     'decoder on it.')
-  # A text classifier smooths its labels as an image one does; mixing
-  # blends images.
-  for field in ('label_smoothing', 'mixup_alpha', 'cutmix_alpha')[
-      int(labelled):]:
+  if labelled:  # Its labels smooth as images' do; mixing blends images.
+    for field in ('mixup_alpha', 'cutmix_alpha'):
+      if config[field]:
+        raise UserError(f'{field} mixes images, and {config.model!r} '
+                        f'classifies text; set --config.{field}=0.')
+    return
+  for field in ('label_smoothing', 'mixup_alpha', 'cutmix_alpha'):
     if config[field]:
-      what = 'classifies text' if labelled else 'learns next tokens'
-      raise UserError(f'{field} mixes images, and {config.model!r} {what}; '
-                      f'set --config.{field}=0.' if labelled else
-                      f'{field} is for image classes, and {config.model!r} '
-                      f'{what}; set --config.{field}=0.')
+      raise UserError(f'{field} is for image classes, and {config.model!r} '
+                      'learns next tokens; set --config.'
+                      f'{field}=0.')
 
 
 def check_data_fits_model(config: ml_collections.ConfigDict, data: Dataset):
