@@ -47,6 +47,7 @@ from recipes.aot import analysis, chips, topology
 from recipes.config import command_line, validation
 from recipes.data import datasets
 from recipes.data.pipeline import dataset
+from recipes.data.sources import array_records, labelled_texts
 from recipes.parallel import strategy as strategies
 from recipes.runtime import errors, progress, storage
 from recipes.runtime.errors import UserError
@@ -72,7 +73,9 @@ STAND_IN_STEPS_PER_EPOCH = 1000
 def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
   """(number of classes, the model's input shape) of the config's data,
   from the dataset's metadata: nothing is downloaded or read. For token
-  sequences, (0, (seq_len,)) (`experiment.sequence_length`).
+  sequences, (0, (seq_len,)) (`experiment.sequence_length`); for labelled
+  text, the classes named by `classes` or the prepared manifest (else 2,
+  which only the head's size depends on).
 
   Raises:
     UserError: for an unknown dataset, images of varying sizes that the
@@ -80,7 +83,14 @@ def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
   """
   experiment.check_data_kind(config)
   if experiment.token_data(config):
-    return 0, (experiment.sequence_length(config),)
+    num_classes = 0
+    if experiment.labelled_text(config):
+      path = config.dataset.partition(':')[2]
+      manifest = (None if config.tokenizer
+                  else array_records.read_manifest(path))
+      num_classes = len(labelled_texts.parse_classes(config.classes) or
+                        (manifest or {}).get('class_names', ()) or (0, 1))
+    return num_classes, (experiment.sequence_length(config),)
   preprocessing = experiment.preprocessing(config)
   name = config.dataset
   if name in datasets.OFFLINE_DATASETS:

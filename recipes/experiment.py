@@ -25,6 +25,7 @@ from recipes.data.images.preprocess import Preprocessing
 from recipes.data.pipeline import in_memory
 from recipes.data.pipeline.dataset import Dataset
 from recipes.data.sources import array_records
+from recipes.data.text import labelled_records
 from recipes.data.text import tokenizer as tokenizer_lib
 from recipes.parallel import strategy as strategies
 from recipes.parallel.strategy import ParallelSettings
@@ -70,6 +71,17 @@ def is_language_model(config: ml_collections.ConfigDict) -> bool:
     raise UserError(str(e)) from None
 
 
+def is_encoder(config: ml_collections.ConfigDict) -> bool:
+  """Whether config.model is a text encoder (BERT, RoBERTa), which
+  classifies labelled text.
+
+  Raises:
+    UserError: for an unknown model.
+  """
+  return is_language_model(config) and zoo.spec(config.model).family == (
+      'encoder')
+
+
 def create_model(config: ml_collections.ConfigDict, num_classes: int,
                  batch_axis: str | None = None):
   """The config's model; `batch_axis`: the strategy's (see
@@ -78,8 +90,9 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
   Args:
     config: the run's config: model, model_kwargs, half precision and
       cross_device_batch_norm.
-    num_classes: the number of output classes (not given to a language
-      model, whose vocabulary sets its outputs).
+    num_classes: the number of output classes (not given to a decoder,
+      whose vocabulary sets its outputs; an encoder's masked-LM head with
+      0).
     batch_axis: as above; None: batch norm over the batch it is given.
 
   Returns:
@@ -104,7 +117,8 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int,
                      f'{config.pretrained} were made with {fixed[key]!r}: the '
                      'model will compute something else than they did.')
       kwargs = {**fixed, **kwargs}
-    if not is_language_model(config):
+    if not is_language_model(config) or (is_encoder(config) and
+                                         num_classes):
       kwargs['num_classes'] = num_classes
     return zoo.create(config.model, dtype=dtype, **kwargs)
   except TypeError as e:
@@ -338,6 +352,18 @@ def token_data(config: ml_collections.ConfigDict) -> bool:
   return datasets.is_tokens(config.dataset) or bool(config.tokenizer)
 
 
+def labelled_text(config: ml_collections.ConfigDict) -> bool:
+  """Whether the run's data is labelled text for a classifier: text with a
+  tokenizer and a label column, or tokens:PATH prepared from such text."""
+  if config.tokenizer:
+    return bool(config.label_column)
+  if not datasets.is_tokens(config.dataset):
+    return False
+  path = config.dataset.partition(':')[2]
+  return bool(path) and labelled_records.is_labelled(
+      array_records.read_manifest(path))
+
+
 def token_dataset(config: ml_collections.ConfigDict) -> str:
   """The dataset the run reads: `tokens:DIR` for text with a tokenizer,
   prepared into DIR first where no run has (recipes/data/prepared_text.py),
@@ -353,7 +379,8 @@ def token_dataset(config: ml_collections.ConfigDict) -> str:
                     config.seq_len)
   return prepared_text.tokens_dataset(config.dataset, config.tokenizer,
                                       config.seq_len, config.text_column,
-                                      config.data_dir)
+                                      config.data_dir, config.label_column,
+                                      config.classes)
 
 
 def check_data_kind(config: ml_collections.ConfigDict):
@@ -380,11 +407,36 @@ def check_data_kind(config: ml_collections.ConfigDict):
                     'sequences: --config.dataset=tokens:DIR, from python -m '
                     'recipes.data.prepare SRC DIR --tokenizer=FILE '
                     '--seq_len=N, or text with --config.tokenizer=FILE.')
+  if config.classes and not (tokens and config.label_column):
+    raise UserError(f'classes={config.classes!r} picks classes of labelled '
+                    'text; name its label column with --config.label_column '
+                    '(and the tokenizer with --config.tokenizer), or set '
+                    "--config.classes=''.")
   if not tokens:
     if config.seq_len:
       raise UserError(f'seq_len is for token sequences, and dataset '
                       f'{config.dataset!r} holds images; set --config.'
                       'seq_len=0.')
+    return
+  labelled = labelled_text(config)
+  if labelled != is_encoder(config):
+    if labelled:
+      raise UserError(f'dataset {config.dataset!r} is labelled text (label '
+                      f'column {config.label_column or "prepared"}), which '
+                      f'an encoder classifies, and {config.model!r} is a '
+                      'decoder; train an encoder on it (e.g. --config.model='
+                      "bert_base), or set --config.label_column='' for text "
+                      'to model.')
+    raise UserError(f'{config.model!r} is an encoder, which classifies '
+                    f'labelled text, and dataset {config.dataset!r} has no '
+                    'labels; name the label column with --config.'
+                    'label_column=C (collection for fortune:), or train a '
+                    'decoder on it.')
+  if labelled:  # Its labels smooth as images' do; mixing blends images.
+    for field in ('mixup_alpha', 'cutmix_alpha'):
+      if config[field]:
+        raise UserError(f'{field} mixes images, and {config.model!r} '
+                        f'classifies text; set --config.{field}=0.')
     return
   for field in ('label_smoothing', 'mixup_alpha', 'cutmix_alpha'):
     if config[field]:
@@ -420,16 +472,19 @@ def _check_tokens_fit(config: ml_collections.ConfigDict, vocab: int | None,
     UserError: naming what does not fit.
   """
   model = create_model(config, 0)
+  # RoBERTa's positions start after its padding id.
+  pad = getattr(model, 'pad_token_id', None)
+  positions = model.max_length - (0 if pad is None else pad + 1)
   if vocab is not None and vocab > model.vocab_size:
     raise UserError(f'the tokenizer of {config.dataset} has {vocab:,} ids, '
                     f'more than the {model.vocab_size:,} of {config.model}\'s '
                     'vocabulary; prepare the text with the model\'s own '
                     'tokenizer, or set --config.model_kwargs.vocab_size.')
-  if seq_len > model.max_length:
+  if seq_len > positions:
     raise UserError(f'{config.dataset} holds sequences of {seq_len:,} '
-                    f'tokens, more than the {model.max_length:,} positions '
+                    f'tokens, more than the {positions:,} positions '
                     f'of {config.model}; prepare it with --seq_len='
-                    f'{model.max_length} or less (--config.seq_len for text '
+                    f'{positions} or less (--config.seq_len for text '
                     'the run prepares), or set '
                     '--config.model_kwargs.max_length.')
 

@@ -179,6 +179,62 @@ def write_token_dir(folder, seq_len: int = 16, num_train: int = 160,
   return dst
 
 
+# Words of labelled texts: a text's class is the list its words come from.
+CLASS_WORDS = {'cat': 'purr meow whiskers nap sun'.split(),
+               'dog': 'bark fetch ball walk bone'.split(),
+               'eel': 'swim river slime dark wet'.split()}
+
+
+def write_word_tokenizer(folder, words=(), special=('[CLS]', '[SEP]',
+                                                     '[PAD]')) -> str:
+  """A word-level tokenizer.json in `folder` (returned): `special`, then
+  '<unk>', then `words`."""
+  from tokenizers import Tokenizer, models, pre_tokenizers  # pylint: disable=g-import-not-at-top
+  vocab = {w: i for i, w in enumerate(
+      dict.fromkeys([*special, '<unk>', *words]))}
+  tokenizer = Tokenizer(models.WordLevel(vocab, unk_token='<unk>'))
+  tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(os.fspath(folder), 'tokenizer.json')
+  tokenizer.save(path)
+  return path
+
+
+def write_labelled_text(folder, num_train: int = 96, num_validation: int = 21,
+                        seed: int = 0) -> str:
+  """JSONL labelled text in `folder` (returned): train.jsonl and
+  validation.jsonl, rows {'text': 2 to 9 words of CLASS_WORDS[label],
+  'label': one of its keys}."""
+  import json  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  names = sorted(CLASS_WORDS)
+  os.makedirs(folder, exist_ok=True)
+  for split, count in (('train', num_train), ('validation', num_validation)):
+    with open(os.path.join(os.fspath(folder), f'{split}.jsonl'), 'w') as f:
+      for i in range(count):
+        label = names[i % len(names)]
+        words = rng.choice(CLASS_WORDS[label], rng.integers(2, 10))
+        f.write(json.dumps({'text': ' '.join(words), 'label': label}) + '\n')
+  return os.fspath(folder)
+
+
+def write_labelled_token_dir(folder, seq_len: int = 16) -> str:
+  """`tokens:` data for a text classifier in `folder`/tokens (returned):
+  write_labelled_text's rows with write_word_tokenizer's ids of
+  CLASS_WORDS, 3 classes."""
+  folder = os.fspath(folder)
+  tokenizer = write_word_tokenizer(
+      os.path.join(folder, 'tokenizer'),
+      [w for words in CLASS_WORDS.values() for w in words])
+  text = write_labelled_text(os.path.join(folder, 'text'))
+  dst = os.path.join(folder, 'tokens')
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
+    prepare.prepare(f'jsonl:{text}', dst, 1000, text=prepare.Text(
+        tokenizer, seq_len, label_column='label'))
+  return dst
+
+
 def train_error(config, workdir) -> str:
   """The one line `recipes.train` ends with for `config` in `workdir`,
   checked to be one line starting 'error: '."""

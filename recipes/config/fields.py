@@ -170,7 +170,13 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
         Field('image_column', '', text(),
               "hf: the image column; '' = the column of Image type."),
         Field('label_column', '', text(),
-              "hf: the label column; '' = the ClassLabel column."),
+              "hf: the label column; '' = the ClassLabel column. Text with "
+              'a tokenizer: the column of labels, which makes it labelled '
+              'text for an encoder classifier (fortune: has collection, the '
+              "file of each entry); '' = text for a language model."),
+        Field('classes', '', text(),
+              'Labelled text: the classes kept, comma-separated (e.g. '
+              "computers,zippy); '' = all of them."),
         Field('text_column', '', text(),
               "Text with a tokenizer (jsonl:, parquet:, hf:): the column of "
               "text; '' = 'text'."),

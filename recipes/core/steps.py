@@ -6,10 +6,12 @@ batch-norm statistics and metrics are averaged across it with `lax.pmean`
 (spanning all hosts). Under `jax.jit` with sharded arrays the batch is
 global, `axis_name` is None, and XLA inserts the same reductions itself.
 
-Two kinds of batch take the same steps: images with class labels (`image`,
-`label`), and packed token sequences for a language model (`inputs`,
-`targets`, `segment_ids`, `positions`, `mask`; recipes/data/text/
-packing.py). A token batch's loss is the next-token cross-entropy averaged
+Three kinds of batch take the same steps: images with class labels
+(`image`, `label`); texts with class labels for an encoder (`tokens`,
+`mask` [N, T], false on padding, and `label`; recipes/data/text/
+labelled_records.py), whose loss and metrics are the images'; and packed
+token sequences for a language model (`inputs`, `targets`, `segment_ids`,
+`positions`, `mask`; recipes/data/text/packing.py). A token batch's loss is the next-token cross-entropy averaged
 over the target tokens its mask keeps, over the whole global batch (every
 device's and micro-batch's tokens weigh alike), and its metrics are
 TokenTrainMetrics / TokenEvalMetrics.
@@ -38,14 +40,29 @@ def is_token_batch(batch) -> bool:
   return 'targets' in batch
 
 
+def is_text_batch(batch) -> bool:
+  """Whether `batch` holds labelled texts for a classifier."""
+  return 'tokens' in batch
+
+
 def _apply(state: TrainState, variables, batch, **kwargs):
-  """The model on the batch's inputs: images, or packed tokens with their
-  documents kept apart (segment ids, positions)."""
+  """The model on the batch's inputs: images; labelled texts with their
+  padding masked; or packed tokens with their documents kept apart
+  (segment ids, positions)."""
   if is_token_batch(batch):
     return state.apply_fn(variables, batch['inputs'],
                           segment_ids=batch['segment_ids'],
                           positions=batch['positions'], **kwargs)
+  if is_text_batch(batch):
+    return state.apply_fn(variables, batch['tokens'], mask=batch['mask'],
+                          **kwargs)
   return state.apply_fn(variables, batch['image'], **kwargs)
+
+
+def _example_mask(batch):
+  """The examples an evaluation counts: a text's first token is real
+  unless the row pads the batch."""
+  return batch['mask'][:, 0] if is_text_batch(batch) else batch['mask']
 
 
 def _scored(logits, batch):
@@ -138,11 +155,12 @@ def _mixed(batch, key, rules: UpdateRules):
   labels of each example with the weight of its own."""
   if not rules.soft_targets:
     return batch
-  image, weight = batch['image'], jnp.ones(batch['label'].shape, jnp.float32)
+  weight = jnp.ones(batch['label'].shape, jnp.float32)
   if rules.mixes:
-    image, weight = mixing.mix(jax.random.fold_in(key, _MIX_STREAM), image,
-                               rules)
-  return dict(batch, image=image, other_label=jnp.roll(batch['label'], 1),
+    image, weight = mixing.mix(jax.random.fold_in(key, _MIX_STREAM),
+                               batch['image'], rules)
+    batch = dict(batch, image=image)
+  return dict(batch, other_label=jnp.roll(batch['label'], 1),
               label_weight=weight)
 
 
@@ -305,8 +323,9 @@ def eval_step(state: TrainState, batch, axis_name: str | None = None):
   Args:
     state: the state whose parameters and statistics are evaluated.
     batch: `image`, int `label` and bool `mask` (False for padding), each
-      [N, ...], or a token batch (`mask` [N, T] per target token): the
-      global batch, or this device's share under `axis_name`.
+      [N, ...]; labelled texts (a padding row's `mask` all False); or a
+      token batch (`mask` [N, T] per target token): the global batch, or
+      this device's share under `axis_name`.
     axis_name: the mapped axis to gather the metrics over; None where the
       batch is global.
 
@@ -321,4 +340,4 @@ def eval_step(state: TrainState, batch, axis_name: str | None = None):
                             correct=_scored(logits, batch),
                             mask=batch['mask'])
   return _collect_metrics(EvalMetrics, axis_name, loss=loss, logits=logits,
-                          labels=batch['label'], mask=batch['mask'])
+                          labels=batch['label'], mask=_example_mask(batch))

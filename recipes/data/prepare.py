@@ -4,6 +4,7 @@
         [--splits=train,test] [--data_dir=DIR] [--verify]
     python -m recipes.data.prepare SRC DST --tokenizer=FILE --seq_len=N
         [--text_column=C] [--examples_per_shard=N] [--splits=...]
+        [--label_column=L [--classes=A,B,...]]
     python -m recipes.data.prepare --verify DST
 
 SRC is what --config.dataset takes: folder:PATH, hf:NAME, records:PATH, a
@@ -19,7 +20,10 @@ fortunes package), tokenized with the model's own tokenizer (or
 --tokenizer=bytes, UTF-8 bytes) and packed into sequences of --seq_len tokens
 (recipes/data/text/token_records.py has the format; --examples_per_shard
 counts documents); a language model trains on the result with
---config.dataset=tokens:DST. Everything else is the same for both: the
+--config.dataset=tokens:DST. With --label_column as well, each document is
+one record with its class, for a text classifier
+(recipes/data/text/labelled_records.py; --classes keeps only those
+classes). Everything else is the same for both: the
 shards, the manifest, the checksums, continuing a stopped run, --verify.
 
 A long prepare may be stopped (Ctrl-C, a lost machine): run the same command
@@ -103,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
                       '--tokenizer)')
   parser.add_argument('--text_column', default='',
                       help="text: the column of text (default 'text')")
+  parser.add_argument('--label_column', default='',
+                      help='text for a classifier: the column of labels '
+                      '(collection for fortune:)')
+  parser.add_argument('--classes', default='',
+                      help='with --label_column: the comma-separated classes '
+                      'kept (default: all)')
   return parser
 
 
@@ -129,7 +139,8 @@ def _run(args: argparse.Namespace) -> int:
           src, dst, args.examples_per_shard,
           [s.strip() for s in args.splits.split(',') if s.strip()],
           args.data_dir or None, Text(args.tokenizer, args.seq_len,
-                                      args.text_column))
+                                      args.text_column, args.label_column,
+                                      args.classes))
       print(_report(src, dst, written))
     if args.verify:
       dst = args.paths[-1]
@@ -179,10 +190,12 @@ class Text:
   tokenizer: str = ''  # A tokenizer file or folder.
   seq_len: int | None = None
   column: str = ''  # '': 'text'.
+  label_column: str = ''  # Labelled text, for a classifier: its labels.
+  classes: str = ''  # Labelled text: the classes kept, comma-separated.
 
   def __bool__(self) -> bool:
     return bool(self.tokenizer) or self.seq_len is not None or bool(
-        self.column)
+        self.column or self.label_column or self.classes)
 
 
 class Contents(Protocol):
@@ -334,6 +347,9 @@ def _check_text(src: str, text: Text):
                     'SRC jsonl:PATH, parquet:PATH, hf:NAME or '
                     'fortune:PATH).')
   token_records.check_seq_len(text.seq_len)
+  if text.classes and not text.label_column:
+    raise UserError('--classes picks classes of labelled text: name the '
+                    'label column too, --label_column=C.')
   if not _text_prefix(src):
     raise UserError(f'SRC {src!r} is not text: with --tokenizer, give '
                     'jsonl:PATH, parquet:PATH, hf:NAME_OR_PATH or '
@@ -352,17 +368,25 @@ def _text_prefix(src: str) -> str | None:
 
 
 def _text_contents(src: str, text: Text) -> Contents:
-  """The packed sequences of the text source `src`: the tokenizer loaded
-  and the whole source checked (UTF-8, a text column with text)."""
+  """The packed sequences of the text source `src` (with a label column,
+  its labelled documents): the tokenizer loaded and the whole source
+  checked (UTF-8, a text column with text, labels)."""
   # pylint: disable=g-import-not-at-top
   from recipes.data.sources import (fortune_source, hf_source,
-                                    jsonl_source, parquet_source)
+                                    jsonl_source, labelled_texts,
+                                    parquet_source)
+  from recipes.data.text import labelled_records
   from recipes.data.text import tokenizer as tokenizer_lib
   # pylint: enable=g-import-not-at-top
   tokenizer = tokenizer_lib.load(text.tokenizer)
   prefix, _, where = src.partition(':')
   opener = {'jsonl': jsonl_source.open, 'parquet': parquet_source.open,
             'hf': hf_source.open_text, 'fortune': fortune_source.open}[prefix]
+  if text.label_column:
+    source = labelled_texts.labelled(
+        opener(where, text.column, text.label_column),
+        labelled_texts.parse_classes(text.classes))
+    return labelled_records.Labeller(source, tokenizer, text.seq_len)
   return token_records.Packer(opener(where, text.column), tokenizer,
                               text.seq_len)
 
@@ -737,7 +761,13 @@ def _report(src: str, dst: str, written: Written) -> str:
   manifest = written.manifest
   tokens = manifest.get('tokens')
   unit = 'documents' if tokens else 'examples'
-  if tokens:
+  labelled = tokens and 'label_column' in tokens
+  if labelled:
+    parts = [f'{name} {info["num_examples"]:,} documents of '
+             f'{len(manifest["class_names"])} classes, {tokens["seq_len"]:,} '
+             f'tokens each, in {len(info["shards"])} shards'
+             for name, info in manifest['splits'].items()]
+  elif tokens:
     parts = [f'{name} {info["num_examples"]:,} sequences of '
              f'{tokens["seq_len"]:,} tokens from {info["num_documents"]:,} '
              f'documents in {len(info["shards"])} shards'
@@ -755,7 +785,9 @@ def _report(src: str, dst: str, written: Written) -> str:
     done = (f'{written.examples_per_second:,.0f} {unit}/s' +
             (f'; wrote {written.shards_written} of the {total} shards, the '
              'others were there' if written.shards_written < total else ''))
-  use = (f'Train a language model on it with --config.dataset=tokens:{dst}'
+  use = (f'Train a text classifier on it with --config.dataset=tokens:{dst}'
+         if labelled else
+         f'Train a language model on it with --config.dataset=tokens:{dst}'
          if tokens else
          f'Train on it with --config.dataset=records:{dst}')
   return (f'Prepared {src} in {dst}: {", ".join(parts)}, {_size(size)} '

@@ -4,8 +4,9 @@ its datasets: `--config.dataset=fortune:/usr/share/games/fortunes
 
 The text is tokenized and packed by `python -m recipes.data.prepare`'s rules
 into a directory named by what it was made from: the source, the
-tokenizer (its file's checksum), the sequence length, the text column and
-the size and time of each local file of the source. A later run with the
+tokenizer (its file's checksum), the sequence length, the text column (and
+for a classifier the label column and the classes kept) and the size and
+time of each local file of the source. A later run with the
 same settings reads that directory; one with other settings, or after the
 text changed, prepares another beside it. Nothing is ever deleted.
 
@@ -35,7 +36,8 @@ TEXT = (*TEXT_ONLY, 'hf')  # The sources a tokenizer reads.
 
 
 def tokens_dataset(dataset: str, tokenizer: str, seq_len: int, column: str,
-                   data_dir: str = '') -> str:
+                   data_dir: str = '', label_column: str = '',
+                   classes: str = '') -> str:
   """`tokens:DIR` for the text `dataset` prepared with these settings,
   preparing it first where no run has.
 
@@ -46,6 +48,10 @@ def tokens_dataset(dataset: str, tokenizer: str, seq_len: int, column: str,
     column: the text column; '': 'text'.
     data_dir: the local folder that holds prepared directories; '':
       DEFAULT_DIR.
+    label_column: labelled text for a classifier: the column of labels
+      (recipes/data/text/labelled_records.py); '': packed sequences.
+    classes: with label_column, the classes kept (comma-separated); '':
+      all.
 
   Raises:
     UserError: a dataset that is not text, no seq_len, a data_dir that is
@@ -72,15 +78,17 @@ def tokens_dataset(dataset: str, tokenizer: str, seq_len: int, column: str,
   source = f'{prefix}:{where}'
   name = os.path.basename(where.rstrip('/')) or prefix
   dst = os.path.join(root, f'{prefix}-{name}-{seq_len}-'
-                     f'{_key(source, where, tokenizer, seq_len, column)}')
+                     f'{_key(source, where, tokenizer, seq_len, column)}'
+                     + (f'-{_labels_key(label_column, classes)}'
+                        if label_column else ''))
   with _waiting_lock(root, dst + '.lock'):
     # The manifest is written last: there, the directory is complete.
     if not os.path.isfile(os.path.join(dst, array_records.MANIFEST)):
       logging.info('Preparing %s with tokenizer %s into %s, once: later '
                    'runs with the same settings read it.', source, tokenizer,
                    dst)
-      prepare.prepare(source, dst, text=prepare.Text(tokenizer, seq_len,
-                                                     column))
+      prepare.prepare(source, dst, text=prepare.Text(
+          tokenizer, seq_len, column, label_column, classes))
   return f'tokens:{dst}'
 
 
@@ -100,6 +108,12 @@ def _key(source: str, where: str, tokenizer: str, seq_len: int,
   settings = [source, loaded.path, loaded.sha256, seq_len, column or 'text',
               files]
   return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:12]
+
+
+def _labels_key(label_column: str, classes: str) -> str:
+  """8 hex digits that change with the label column and the classes."""
+  return hashlib.sha256(json.dumps([label_column, classes]).encode()
+                        ).hexdigest()[:8]
 
 
 @contextlib.contextmanager

@@ -9,6 +9,11 @@ nothing before it. Each batch holds, per row, the model inputs of
 recipes/data/text/packing.py: `inputs`, `targets`, `segment_ids`,
 `positions` (int32) and `mask` (bool), each [rows, seq_len]; evaluation
 pads its last batch with rows whose mask is false.
+
+Labelled text for a classifier (recipes/data/text/labelled_records.py) is
+read the same way, one document a row: `tokens` and `mask` (false on
+padding) [rows, seq_len], and `label` [rows]; its classes are the
+manifest's.
 """
 
 from typing import Iterator, Sequence
@@ -17,7 +22,8 @@ import numpy as np
 
 from recipes.data.pipeline import in_memory, random_access
 from recipes.data.pipeline.dataset import Batch, process_slice
-from recipes.data.text import packing, token_records
+from recipes.data.sources import array_records
+from recipes.data.text import labelled_records, token_records
 from recipes.runtime.errors import UserError
 
 
@@ -25,27 +31,29 @@ class TokenDataset:
   """A training split and evaluation splits of packed token sequences,
   batched for this process; the first evaluation split is the main one.
   It is a `Dataset` (recipes/data/pipeline/dataset.py) whose examples are
-  sequences: no classes, and `image_shape` is the model's input shape,
-  (seq_len,)."""
+  sequences: no classes (labelled text: the documents' classes), and
+  `image_shape` is the model's input shape, (seq_len,)."""
 
-  class_names = ()  # The Dataset interface's: none, nor files to check.
-  files = {}
+  files = {}  # The Dataset interface's: no files to check.
 
   def __init__(self, train: token_records.Sequences,
                evals: dict[str, token_records.Sequences], threads: int = 0,
-               tokens: dict | None = None):
+               tokens: dict | None = None, class_names: tuple[str, ...] = ()):
     """
     Args:
-      train: the training split.
+      train: the training split (labelled_records.Documents for labelled
+        text).
       evals: the evaluation splits by name, the main one first.
       threads: batches made at once; 0: random_access.default_threads().
       tokens: the manifest's "tokens" (tokenizer, vocab_size, ids), if
         known.
+      class_names: labelled text's classes; (): packed sequences.
     """
     self.train, self.evals = train, evals
     self.seq_len = train.seq_len
     self.threads = threads or random_access.default_threads()
     self.tokens = tokens or {}
+    self.class_names = tuple(class_names)
 
   @property
   def vocab_size(self) -> int | None:
@@ -55,8 +63,9 @@ class TokenDataset:
 
   @property
   def num_classes(self) -> int:
-    """0: no classes; the model's vocabulary sets its outputs."""
-    return 0
+    """Labelled text's classes; 0 for packed sequences, whose outputs the
+    model's vocabulary sets."""
+    return len(self.class_names)
 
   @property
   def image_shape(self) -> tuple[int, ...]:
@@ -91,7 +100,7 @@ class TokenDataset:
 
     def make(step: int) -> Batch:
       rows = order.rows(step, batch_size, start, stop)
-      return packing.model_inputs(*self.train.read(rows))
+      return self.train.inputs(rows)
 
     return random_access.stream(start_step, num_steps, make, self.threads)
 
@@ -105,8 +114,7 @@ class TokenDataset:
 
     def make(step: int) -> Batch:
       positions = step * batch_size + np.arange(start, stop)
-      batch = packing.model_inputs(*sequences.read(np.minimum(positions,
-                                                              n - 1)))
+      batch = sequences.inputs(np.minimum(positions, n - 1))
       batch['mask'] &= (positions < n)[:, None]
       return batch
 
@@ -128,7 +136,8 @@ def open(path: str, train_split: str = 'train',  # pylint: disable=redefined-bui
   Raises:
     UserError: as token_records.open, or a split that is not there.
   """
-  records = token_records.open(path)
+  labelled = labelled_records.is_labelled(array_records.read_manifest(path))
+  records = (labelled_records if labelled else token_records).open(path)
   splits = {}
   for split in (train_split, *eval_splits):
     if split not in records.splits:
@@ -136,4 +145,5 @@ def open(path: str, train_split: str = 'train',  # pylint: disable=redefined-bui
                       f'{", ".join(records.splits)}).')
     splits[split] = records.splits[split]
   evals = {s: splits[s] for s in eval_splits or (train_split,)}
-  return TokenDataset(splits[train_split], evals, threads, records.tokens)
+  return TokenDataset(splits[train_split], evals, threads, records.tokens,
+                      records.class_names)

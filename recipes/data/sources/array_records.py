@@ -27,6 +27,8 @@ recipes/data/text/token_records.py has its records) has the same layout,
 with a "tokens" object (the tokenizer, its sha256, seq_len, the special
 ids) in place of "class_names", and the documents each split and shard was
 packed from ("num_documents") beside its records ("num_examples").
+Labelled text (`--label_column`, recipes/data/text/labelled_records.py)
+adds "label_column" and "start_id" to its "tokens", and "class_names".
 
 Opening checks what is cheap: every field of the manifest, that each shard
 is a regular file of the directory (named plainly: never `..` or a path),
@@ -248,6 +250,9 @@ def prepare_command(manifest: dict[str, Any], dst: str) -> str:
     flags += [f' --tokenizer={tokens["tokenizer"]}',
               f' --seq_len={tokens["seq_len"]}',
               f' --text_column={tokens["text_column"]}']
+    if 'label_column' in tokens:
+      flags += [f' --label_column={tokens["label_column"]}',
+                f' --classes={",".join(manifest["class_names"])}']
   return f'python -m recipes.data.prepare {manifest["source"]} {dst}' + (
       ''.join(flags))
 
@@ -317,7 +322,7 @@ def _check_fields(manifest: Any):
   tokens = 'tokens' in manifest  # Token sequences, else images.
   if tokens:
     _check_tokens(manifest)
-  else:
+  if not tokens or 'label_column' in manifest['tokens']:
     _field(manifest, 'class_names', '', lambda v: isinstance(v, list) and v
            and all(isinstance(n, str) for n in v), 'a list of names')
   splits = _field(manifest, 'splits', '', lambda v: isinstance(v, dict) and v,
@@ -370,6 +375,9 @@ def _check_tokens(manifest: dict[str, Any]):
     _field(tokens, key, 'tokens', _integer(0), 'a token id')
   _field(tokens, 'bos_id', 'tokens', lambda v: v is None or _integer(0)(v),
          'a token id or null')
+  if 'label_column' in tokens:  # Labelled text, for a classifier.
+    _field(tokens, 'label_column', 'tokens', text, 'a column name')
+    _field(tokens, 'start_id', 'tokens', _integer(0), 'a token id')
 
 
 def _field(parent, key, where: str, ok, expected: str):

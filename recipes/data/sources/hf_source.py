@@ -99,13 +99,15 @@ def open(  # pylint: disable=redefined-builtin
       for split, dataset in splits.items()})
 
 
-def open_text(name_or_path: str, column: str = texts_lib.DEFAULT_COLUMN
-              ) -> texts_lib.TextSource:
+def open_text(name_or_path: str, column: str = texts_lib.DEFAULT_COLUMN,
+              label_column: str = '') -> texts_lib.TextSource:
   """Opens the text column of a Hugging Face dataset; reads no text yet.
 
   Args:
     name_or_path: as for `open`.
     column: the column of text ('text' if empty).
+    label_column: the column of labels; '': none. A ClassLabel column's
+      labels are its names.
 
   Returns:
     Its splits, each the rows with text (memory-mapped Arrow).
@@ -121,8 +123,11 @@ def open_text(name_or_path: str, column: str = texts_lib.DEFAULT_COLUMN
     splits = _load(datasets, name_or_path, source)
   if not splits:
     raise UserError(f'{source} has no splits.')
-  found = {}
+  found, labels = {}, {}
   for split, dataset in splits.items():
+    if label_column and label_column not in dataset.column_names:
+      raise texts_lib.no_label_column(f"split '{split}' of {source}",
+                                      label_column, dataset.column_names)
     if column not in dataset.column_names:
       raise UserError(f"split '{split}' of {source} has no column {column!r} "
                       f'(its columns: {", ".join(dataset.column_names)}); '
@@ -132,7 +137,14 @@ def open_text(name_or_path: str, column: str = texts_lib.DEFAULT_COLUMN
     values = dataset.select_columns([column]).with_format('arrow')[:]
     found[split] = texts_lib.ArrowTexts(values.column(column), split, source,
                                         column)
-  return texts_lib.TextSource(source, column, found)
+    if label_column:
+      labels[split] = found[split].labels(
+          dataset.select_columns([label_column]).with_format('arrow')[:]
+          .column(label_column), label_column)
+      names = getattr(dataset.features[label_column], 'names', None)
+      if names:  # A ClassLabel: its names, not its ids.
+        labels[split] = [names[i] for i in labels[split]]
+  return texts_lib.TextSource(source, column, found, label_column, labels)
 
 
 class _Split:

@@ -21,14 +21,15 @@ from recipes.runtime.errors import UserError
 SUFFIX = '.jsonl'
 
 
-def open(path: str, column: str = texts_lib.DEFAULT_COLUMN  # pylint: disable=redefined-builtin
-         ) -> texts_lib.TextSource:
-  """The JSONL file or folder of them at `path` (without 'jsonl:').
+def open(path: str, column: str = texts_lib.DEFAULT_COLUMN,  # pylint: disable=redefined-builtin
+         label_column: str = '') -> texts_lib.TextSource:
+  """The JSONL file or folder of them at `path` (without 'jsonl:'), with
+  each document's label from `label_column` where one is named.
 
   Raises:
     UserError: no such file or folder, a folder without .jsonl files, a
-      line that is not UTF-8 or JSON or has no text column, or a split
-      without text; one line naming the file and line.
+      line that is not UTF-8 or JSON or has no text column (or label), or
+      a split without text; one line naming the file and line.
   """
   path = os.path.abspath(os.path.expanduser(path))
   source = f'jsonl:{path}'
@@ -43,22 +44,29 @@ def open(path: str, column: str = texts_lib.DEFAULT_COLUMN  # pylint: disable=re
   else:
     raise UserError(f'{source}: there is no file or folder {path}.')
   column = column or texts_lib.DEFAULT_COLUMN
-  return texts_lib.TextSource(source, column, {
-      split: _Lines(file, column, split, source)
-      for split, file in files.items()})
+  splits = {split: _Lines(file, column, split, source, label_column)
+            for split, file in files.items()}
+  return texts_lib.TextSource(
+      source, column, splits, label_column,
+      {split: lines.labels for split, lines in splits.items()}
+      if label_column else {})
 
 
 class _Lines:
   """One file's lines with text, as `Texts`."""
 
-  def __init__(self, file: str, column: str, split: str, source: str):
+  def __init__(self, file: str, column: str, split: str, source: str,
+               label_column: str = ''):
     self._file, self._column = file, column
     offsets, lengths, numbers = [], [], []
+    self.labels = []  # Of the lines with text, where label_column is named.
     try:
       with builtins.open(file, 'rb') as f:
         offset = 0
         for number, line in enumerate(f, 1):
           if self._text(line, number) is not None:
+            if label_column:
+              self.labels.append(self._label(line, number, label_column))
             offsets.append(offset)
             lengths.append(len(line))
             numbers.append(number)
@@ -98,6 +106,14 @@ class _Lines:
                       f'{type(text).__name__}, not text; name the text '
                       'column with --text_column.')
     return text or None
+
+  def _label(self, line: bytes, number: int, column: str):
+    """The label of a line with text (checked JSON already)."""
+    row = json.loads(line)
+    where = f'line {number} of {self._file}'
+    if column not in row:
+      raise texts_lib.no_label_column(where, column, row)
+    return texts_lib.check_label(row[column], where, column)
 
   def __len__(self) -> int:
     return len(self._offsets)

@@ -18,14 +18,15 @@ from recipes.runtime.errors import UserError
 SUFFIX = '.parquet'
 
 
-def open(path: str, column: str = texts_lib.DEFAULT_COLUMN  # pylint: disable=redefined-builtin
-         ) -> texts_lib.TextSource:
+def open(path: str, column: str = texts_lib.DEFAULT_COLUMN,  # pylint: disable=redefined-builtin
+         label_column: str = '') -> texts_lib.TextSource:
   """The parquet file or folder of them at `path` (without 'parquet:').
 
   Raises:
     UserError: pyarrow not installed, no such file or folder, a file
       pyarrow cannot read, no such column or one that is not text, bytes
-      that are not UTF-8, or a split without text.
+      that are not UTF-8, a split without text, or (`label_column` named)
+      no such label column or a label that is not a class.
   """
   try:
     import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
@@ -47,7 +48,8 @@ def open(path: str, column: str = texts_lib.DEFAULT_COLUMN  # pylint: disable=re
   else:
     raise UserError(f'{source}: there is no file or folder {path}.')
   column = column or texts_lib.DEFAULT_COLUMN
-  found = {}
+  found, labels = {}, {}
+  columns = [column, label_column] if label_column else [column]
   for split, files in splits.items():
     tables = []
     for file in files:
@@ -57,7 +59,9 @@ def open(path: str, column: str = texts_lib.DEFAULT_COLUMN  # pylint: disable=re
           raise UserError(f'{file} has no column {column!r} (its columns: '
                           f'{", ".join(names)}); name the text column with '
                           '--text_column.')
-        tables.append(pq.read_table(file, columns=[column]))
+        if label_column and label_column not in names:
+          raise texts_lib.no_label_column(file, label_column, names)
+        tables.append(pq.read_table(file, columns=columns))
       except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is both.
         raise UserError(f'{file} cannot be read as parquet ('
                         f'{" ".join(str(e).split())[:200]}).') from None
@@ -69,4 +73,7 @@ def open(path: str, column: str = texts_lib.DEFAULT_COLUMN  # pylint: disable=re
                       f'different column types ({e}).') from None
     found[split] = texts_lib.ArrowTexts(table.column(column), split, source,
                                         column)
-  return texts_lib.TextSource(source, column, found)
+    if label_column:
+      labels[split] = found[split].labels(table.column(label_column),
+                                          label_column)
+  return texts_lib.TextSource(source, column, found, label_column, labels)

@@ -8,6 +8,10 @@ SRC DST --tokenizer=...` tokenizes a split shard by shard, each shard a
 pure function of its documents. Rows without text (null or '') are not
 documents: a split keeps only the rows with text, and a split with none
 is an error when opened, before anything is written.
+
+Labelled text (a label column named, `label_column`) also gives each
+document's label as the source stores it, an int or a string:
+recipes/data/sources/labelled_texts.py makes them class ids.
 """
 
 import dataclasses
@@ -48,6 +52,9 @@ class TextSource:
   name: str  # For messages and the manifest: 'jsonl:/data/web.jsonl', ...
   column: str
   splits: dict[str, Texts]
+  label_column: str = ''  # '': text without labels.
+  # Each split's label of each of its documents, in the order of `splits`.
+  labels: dict[str, list] = dataclasses.field(default_factory=dict)
 
 
 def empty(split: str, source: str, column: str) -> UserError:
@@ -56,6 +63,27 @@ def empty(split: str, source: str, column: str) -> UserError:
                    'text (every row is empty or null); name the text column '
                    'with --text_column, or leave the split out with '
                    '--splits.')
+
+
+def no_label_column(where: str, column: str, names) -> UserError:
+  """The error for a label column that is not there."""
+  return UserError(f'{where} has no label column {column!r} (it has '
+                   f'{", ".join(names)}); name the label column with '
+                   '--label_column.')
+
+
+def check_label(value, where: str, column: str):
+  """`value` if it is a label (an int or a non-empty string).
+
+  Raises:
+    UserError: naming `where` (a line, a row) and the column.
+  """
+  if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+      value == ''):
+    raise UserError(f'{where}: label {column!r} is {value!r}, not a class '
+                    '(an integer or a name); fix the row or name the label '
+                    'column with --label_column.')
+  return value
 
 
 class ArrowTexts:
@@ -109,6 +137,18 @@ class ArrowTexts:
               f'{name!r}); fix the data or name another column with '
               '--text_column.') from None
       raise
+
+  def labels(self, column, name: str) -> list:
+    """The label of each row with text, from the Arrow `column` of the same
+    rows.
+
+    Raises:
+      UserError: a label that is null or neither an integer nor a string.
+    """
+    values = column.take(self._rows).to_pylist()
+    for index, value in enumerate(values):
+      check_label(value, self.describe(index), name)
+    return values
 
   def __len__(self) -> int:
     return len(self._rows)

@@ -139,6 +139,11 @@ class Sequences(array_records.ShardedRecords):
                         'the data again.') from None
     return tokens, segments
 
+  def inputs(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The model inputs of the records at `indices`
+    (`packing.model_inputs`)."""
+    return packing.model_inputs(*self.read(indices))
+
 
 @dataclasses.dataclass(frozen=True)
 class TokenRecords:
@@ -146,7 +151,8 @@ class TokenRecords:
 
   name: str
   tokens: dict[str, Any]  # The manifest's "tokens": tokenizer, seq_len, ids.
-  splits: dict[str, Sequences]
+  splits: dict[str, Any]  # Sequences; labelled_records.Documents.
+  class_names: tuple[str, ...] = ()  # Labelled text's classes.
 
   @property
   def seq_len(self) -> int:

@@ -16,7 +16,8 @@ from recipes import evaluation, experiment
 from recipes.config import defaults as default
 from recipes.data import datasets
 from recipes.data.sources import tfds_source
-from tests.helpers import ROOT, write_fashion_mnist, write_token_dir
+from tests.helpers import (ROOT, write_fashion_mnist,
+                           write_labelled_token_dir, write_token_dir)
 
 CONFIGS = sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'configs',
@@ -82,9 +83,11 @@ def _test_data(config, data_dir):
   if datasets.is_tokens(config.dataset) or config.tokenizer:
     # Text that the run would tokenize is read as tokenized already: the
     # real corpus is tests/integration/test_text_fortunes.py's.
-    config.dataset = f'tokens:{write_token_dir(data_dir, seq_len=16)}'
+    write = (write_labelled_token_dir if config.label_column
+             else write_token_dir)  # Labelled text for an encoder.
+    config.dataset = f'tokens:{write(data_dir, seq_len=16)}'
     config.seq_len = 16 if config.seq_len else 0
-    config.tokenizer = ''
+    config.update(tokenizer='', label_column='', classes='')
   if config.dataset in datasets.OFFLINE_DATASETS:
     write_fashion_mnist(str(data_dir), num_train=32, num_test=20)
     config.data_dir = str(data_dir)
@@ -239,7 +242,9 @@ def test_config_learns_a_fixed_batch_and_evaluates(names, tmp_path,
   assert all(np.isfinite(losses)), losses
   assert losses[-1] < losses[0], losses
   summary = evaluated.compute()
-  if datasets.is_tokens(config.dataset):  # Every target token, once.
+  if exp.data.num_classes and datasets.is_tokens(config.dataset):
+    assert int(evaluated.accuracy.count) == 21  # Every labelled text, once.
+  elif datasets.is_tokens(config.dataset):  # Every target token, once.
     assert int(evaluated.accuracy.count) == sum(
         int(b['mask'].sum()) for b in exp.data.eval_batches(
             batch_size=exp.eval_batch_size)) > 0
