@@ -23,8 +23,7 @@ parameters.
 
 Expected: validation accuracy 84.8% after 900 steps (8 epochs; 75.0% at
 step 300, 84.2% at 600), against 32.6% for always answering the largest
-class (definitions); about 3 minutes on two x86-64 cores with nothing else
-running (an estimate; docs/text.md has the measured numbers).
+class (definitions); 2 min 54 s on two x86-64 cores (docs/text.md).
 """
 
 from recipes.config import defaults
