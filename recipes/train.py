@@ -98,8 +98,8 @@ def run(config, workdir: str | None, use_distributed: bool = False,
       if location:
         storage.path(location)
     in_memory.hide_accelerators_from_tensorflow()
-    compilation_cache.use(config.compilation_cache_dir)
     distributed.initialize(use_distributed)
+    compilation_cache.use(config.compilation_cache_dir)
     if workdir is None:
       workdir = _new_workdir(config_name)
       if jax.process_index() == 0:

@@ -194,6 +194,9 @@ def test_sigterm_to_one_of_two_processes_stops_both_then_resumes_bitwise(
   os.kill(_children(process.pid)[1], signal.SIGTERM)
   output, _ = process.communicate(timeout=120)
   assert process.returncode == 0, output[-3000:]
+  # Steps read from the cache hang two CPU processes (jax 0.12): the restart
+  # below would read those of this run.
+  assert 'The compilation cache is off' in output
   stops = _stopped_by(output)
   assert len(stops) == 2, output[-3000:]
   assert len(set(stops)) == 1
