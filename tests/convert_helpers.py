@@ -2,10 +2,12 @@
 ViT .npz fixtures, and the comparisons.
 
 torch, torchvision and timm (the `convert-test` extra) are imported by the
-tests that need them (pytest.importorskip), not here.
+tests that use them (`optional`, `originals`), not here.
 """
 
 import dataclasses
+import importlib
+import importlib.util
 import json
 import os
 import struct
@@ -30,15 +32,41 @@ def hide_triton():
   sys.modules.setdefault('triton', None)
 
 
-def originals(*names: str) -> list:
+class _ImportedOnFirstUse:
+  """A module that is imported when one of its attributes is first read."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attribute: str):
+    if attribute.startswith('_'):  # pytest's look at a module's names.
+      raise AttributeError(attribute)
+    return getattr(importlib.import_module(self._name), attribute)
+
+
+def optional(*names: str) -> list:
   """The original libraries a test module checks against (torch,
-  torchvision, timm, ...), imported when the module is collected: importing
-  torch starts a process, which a fast-tier test may not do. Without them
-  the module is skipped, naming the extra that installs them."""
+  torchvision, timm, ...; dotted names too), each None where its package is
+  not installed. They are imported when a test first uses them, not when the
+  module is collected: importing torch and transformers adds seconds to
+  every worker's collection, and the fast tier runs none of the tests that
+  use them (`against`)."""
   hide_triton()
-  return [pytest.importorskip(name, reason=f'needs {name.split(".")[0]}: '
-                              'pip install -e .[convert-test]')
+  return [_ImportedOnFirstUse(name)
+          if importlib.util.find_spec(name.split('.')[0]) else None
           for name in names]
+
+
+def originals(*names: str) -> list:
+  """`optional(*names)` for a module that checks against them throughout:
+  without them the module is skipped, naming the extra that installs
+  them."""
+  libraries = optional(*names)
+  for name, library in zip(names, libraries):
+    if library is None:
+      pytest.skip(f'needs {name.split(".")[0]}: pip install -e '
+                  '.[convert-test]', allow_module_level=True)
+  return libraries
 
 
 def against(library, reference: str):

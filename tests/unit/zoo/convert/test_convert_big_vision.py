@@ -14,24 +14,16 @@ checked against scipy.ndimage.zoom(order=1), which Google's code uses.
 import numpy as np
 import pytest
 
-from tests.convert_helpers import (RTOL, GoogleViT, against,
-                                   assert_exactly_once, google_vit_npz,
-                                   hide_triton, images, relative_difference,
-                                   torch_logits, zoo_logits)
+from tests.convert_helpers import (GoogleViT, RTOL, against,
+                                   assert_exactly_once, google_vit_npz, images,
+                                   optional, relative_difference, torch_logits,
+                                   zoo_logits)
 from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import posemb, variants
 
-# At collection (importing torch starts a process, not allowed in a fast
-# test; Triton hidden before timm imports torchvision). Optional: only the
-# comparisons with timm need it.
-hide_triton()
-try:
-  import timm
-  import torch  # pylint: disable=unused-import
-except ImportError:
-  timm = None
-
+# Optional: only the comparisons with timm need it.
+timm, = optional('timm')
 needs_timms_reader = against(timm, "timm's reader")
 
 SIZES = GoogleViT()  # ViT-Ti/16's widths on a 3x3 grid (48x48 images).

@@ -26,27 +26,17 @@ import pytest
 
 import zoo
 from tests.convert_helpers import (RTOL, against, all_sizes_only,
-                                   assert_exactly_once, hide_triton, images,
+                                   assert_exactly_once, images, optional,
                                    randomize_torch, relative_difference,
                                    torch_logits, zoo_logits)
 from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import export, timm_bit, variants
 
-# At collection (importing torch starts a process, not allowed in a fast
-# test; Triton hidden before timm imports torchvision). Optional: the .npz
-# layouts and the errors need neither.
-hide_triton()
-try:
-  import timm
-  import torch
-  from safetensors import torch as safetensors_torch
-  from timm.layers import StdConv2d
-  from timm.models._features import FeatureListNet
-  from timm.models.resnetv2 import ResNetV2
-except ImportError:
-  timm = None
-
+# Optional: the .npz layouts and the errors need neither.
+(timm, torch, safetensors_torch, timm_layers, timm_features,
+ resnetv2) = optional('timm', 'torch', 'safetensors.torch', 'timm.layers',
+                      'timm.models._features', 'timm.models.resnetv2')
 needs_timm = against(timm, 'timm')
 
 STAGES, WIDTH, CLASSES = (2, 1, 1, 1), 32, 11
@@ -58,10 +48,11 @@ def _original(seed: int = 0, eps: float = 1e-8, stem_type: str = 'fixed',
               num_classes: int = CLASSES):
   """timm's tiny BiT with random weights: what resnetv2_*_bit builds, with
   (2, 1, 1, 1) blocks and width 32."""
-  model = ResNetV2(layers=list(STAGES), stem_chs=WIDTH,
-                   channels=tuple(4 * WIDTH * 2**i for i in range(4)),
-                   num_classes=num_classes, stem_type=stem_type,
-                   conv_layer=functools.partial(StdConv2d, eps=eps))
+  model = resnetv2.ResNetV2(
+      layers=list(STAGES), stem_chs=WIDTH,
+      channels=tuple(4 * WIDTH * 2**i for i in range(4)),
+      num_classes=num_classes, stem_type=stem_type,
+      conv_layer=functools.partial(timm_layers.StdConv2d, eps=eps))
   return _randomize(model, seed)
 
 
@@ -136,7 +127,7 @@ def test_features_are_timms_features_only_and_pooled_features():
   converted = convert.convert(_state(model), name='bit_r50x1')
   x = images(2, SIZE)
   # What timm.create_model(..., features_only=True) wraps the model in.
-  theirs = FeatureListNet(model, out_indices=(1, 2, 3, 4),
+  theirs = timm_features.FeatureListNet(model, out_indices=(1, 2, 3, 4),
                           flatten_sequential=True)
   assert theirs.feature_info.reduction() == [4, 8, 16, 32]
   with torch.no_grad():
@@ -239,7 +230,7 @@ def test_registered_bits_give_timms_logits_in_float64(timm_name, tmp_path):
     if timm_name == 'resnetv2_50x1_bit':  # Features at full size, once.
       features = timm.create_model(timm_name, features_only=True,
                                    out_indices=(1, 2, 3, 4)).double()
-      features.load_state_dict(FeatureListNet(
+      features.load_state_dict(timm_features.FeatureListNet(
           model, out_indices=(1, 2, 3, 4),
           flatten_sequential=True).state_dict())
       with torch.no_grad():

@@ -19,15 +19,15 @@ import pytest
 
 from tests.convert_helpers import originals
 
-torch, timm, torchvision, safetensors_torch = originals(
-    'torch', 'timm', 'torchvision', 'safetensors.torch')
+torch, timm, torchvision, safetensors_torch, torchvision_models = originals(
+    'torch', 'timm', 'torchvision', 'safetensors.torch',
+    'torchvision.models.convnext')
 # Compared with the originals: the whole suite's tier, not the fast one.
 pytestmark = pytest.mark.slow
 
 # pylint: disable=wrong-import-position
 import jax
 import jax.numpy as jnp
-from torchvision.models import convnext as torchvision_models
 
 import zoo
 from tests.convert_helpers import (RTOL, all_sizes_only, assert_exactly_once,

@@ -8,15 +8,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.convert_helpers import write_safetensors
+from tests.convert_helpers import against, optional, write_safetensors
 from zoo import convert
 from zoo.convert import files, torchvision_resnet, transformers_decoder
 from zoo.convert.transfer import ConversionError
 
-try:  # At collection: importing torch starts a process (ldconfig), which
-  import torch  # the fast tier does not allow inside a test.
-except ImportError:
-  torch = None
+torch, = optional('torch')  # Importing it starts a process (ldconfig).
 
 
 def _arrays():
@@ -149,9 +146,8 @@ def test_the_config_json_beside_a_file_is_read_where_it_matters(tmp_path):
     convert.convert(resnet, config={'n_head': 4})
 
 
+@against(torch, '.pth files written by torch')
 def test_pth_state_dicts_are_unwrapped(tmp_path):
-  if torch is None:
-    pytest.skip('.pth files need torch (pip install -e .[convert-test])')
   state = {'module.fc.weight': torch.randn(3, 2),
            'module.fc.bias': torch.randn(3).to(torch.bfloat16),
            'module.bn.num_batches_tracked': torch.tensor(4)}

@@ -27,8 +27,8 @@ import pytest
 
 import zoo
 from tests.convert_helpers import (RTOL, against, all_sizes_only,
-                                   assert_exactly_once, google_vit_npz,
-                                   hide_triton, images, randomize_torch,
+                                   assert_exactly_once, google_vit_npz, images,
+                                   optional, randomize_torch,
                                    relative_difference, torch_logits,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits,
@@ -36,17 +36,8 @@ from tests.convert_helpers import (RTOL, against, all_sizes_only,
 from zoo import convert
 from zoo.convert import big_vision_mixer, export, timm_mixer, variants
 
-# At collection (importing torch starts a process, not allowed in a fast
-# test; Triton hidden before timm imports torchvision). Optional: the .npz
-# conversions run without them.
-hide_triton()
-try:
-  import timm
-  import torch
-  from timm.models import mlp_mixer
-except ImportError:
-  timm = None
-
+# Optional: the .npz conversions run without them.
+timm, torch, mlp_mixer = optional('timm', 'torch', 'timm.models.mlp_mixer')
 needs_timm = against(timm, 'timm')
 
 SIZE = 48  # A 3x3 grid of 16x16 patches.
