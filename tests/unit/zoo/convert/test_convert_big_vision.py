@@ -14,10 +14,10 @@ checked against scipy.ndimage.zoom(order=1), which Google's code uses.
 import numpy as np
 import pytest
 
-from tests.convert_helpers import (GoogleViT, RTOL, against,
-                                   assert_exactly_once, google_vit_npz, images,
-                                   optional, relative_difference, torch_logits,
-                                   zoo_logits)
+from tests.convert_helpers import (RTOL, GoogleViT, against,
+                                   assert_exactly_once, google_vit_npz,
+                                   images, optional, relative_difference,
+                                   torch_logits, zoo_logits)
 from tests.helpers import slow_after
 from zoo import convert
 from zoo.convert import posemb, variants

@@ -128,7 +128,7 @@ def test_features_are_timms_features_only_and_pooled_features():
   x = images(2, SIZE)
   # What timm.create_model(..., features_only=True) wraps the model in.
   theirs = timm_features.FeatureListNet(model, out_indices=(1, 2, 3, 4),
-                          flatten_sequential=True)
+                                        flatten_sequential=True)
   assert theirs.feature_info.reduction() == [4, 8, 16, 32]
   with torch.no_grad():
     theirs = [f.numpy() for f in theirs(torch.as_tensor(x))]
