@@ -67,7 +67,8 @@ SECTIONS: dict[str, tuple[Field, ...]] = {
               text(),
               'Compiled steps are kept here (local or gs://) and reused by '
               'the next run of the same steps, a resumed one included; '
-              "'' = off. JAX_COMPILATION_CACHE_DIR, where set, wins."),
+              "'' = off, and off for a run of several CPU processes. "
+              'JAX_COMPILATION_CACHE_DIR, where set, wins.'),
     ),
     'tracking': (
         Field('wandb_project', '',
