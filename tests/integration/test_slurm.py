@@ -280,7 +280,7 @@ def test_scancel_saves_exits_within_seconds_and_resumes_bitwise(
 
 
 def test_a_suspended_job_is_not_a_stall(data_dir, tmp_path):
-  """`scontrol suspend` for three times the stall timeout, then `scontrol
+  """`scontrol suspend` for twice the stall timeout, then `scontrol
   resume`: the job trains on (the watchdog does not count the time
   suspended) until it is cancelled."""
   recipe = (f'--config.data_dir={data_dir}', *RECIPE,
@@ -295,7 +295,7 @@ def test_a_suspended_job_is_not_a_stall(data_dir, tmp_path):
   if suspended.returncode:
     subprocess.run(['scancel', job], timeout=20, check=False)
     pytest.skip(f'scontrol suspend does not work here: {suspended.stderr}')
-  time.sleep(30)
+  time.sleep(20)
   logged = _output(tmp_path, job).count('train/loss=')
   subprocess.run(['scontrol', 'resume', job], timeout=20, check=True)
   deadline = time.monotonic() + 60

@@ -23,7 +23,7 @@ from tests.helpers import (ROOT, command_env, read_scalars, saved_params,
 pytestmark = pytest.mark.slow  # Commands as processes, 3,749 texts.
 
 DEBIAN = '/usr/share/games/fortunes'
-NUM_STEPS = 160  # Killed after its checkpoint of step 80, then resumed.
+NUM_STEPS = 80  # Killed after its checkpoint of step 40, then resumed.
 TIMEOUT = 600  # Seconds for each command; 20-40 on 2 cores.
 EVAL = re.compile(r'step (\d+): eval loss ([\d.]+), accuracy ([\d.]+), '
                   r'top-5 [\d.]+ over (\d+) examples of validation')
@@ -33,8 +33,8 @@ def _flags(workdir, data_dir):
   return ['--config=configs/text_fortune_classes.py', f'--workdir={workdir}',
           f'--config.data_dir={data_dir}',
           f'--config.num_train_steps={NUM_STEPS}', '--config.warmup_steps=20',
-          '--config.checkpoint_every_steps=80',
-          '--config.eval_every_steps=80', '--config.log_every_steps=40']
+          '--config.checkpoint_every_steps=40',
+          '--config.eval_every_steps=40', '--config.log_every_steps=40']
 
 
 def _run(command):
@@ -68,7 +68,7 @@ def test_fortune_classes_learn_resume_bitwise_and_evaluate(tmp_path):
   sigkill_after_first_checkpoint(command, tmp_path / 'killed', TIMEOUT,
                                  JAX_NUM_CPU_DEVICES='2')
   resumed = _run(command)
-  assert 'Resuming from the checkpoint of step 80' in resumed, (
+  assert 'Resuming from the checkpoint of step 40' in resumed, (
       resumed[-3000:])
   assert 'Preparing' not in resumed  # Read as the first run left it.
   (step, one), (_, other) = (saved_params(tmp_path / 'straight'),
@@ -78,7 +78,7 @@ def test_fortune_classes_learn_resume_bitwise_and_evaluate(tmp_path):
     np.testing.assert_array_equal(a, b)
 
   accuracy = read_scalars(tmp_path / 'straight')['eval/accuracy']
-  assert sorted(accuracy) == [80, NUM_STEPS]
+  assert sorted(accuracy) == [40, NUM_STEPS]
   majority = _majority()
   assert majority == 60 / 184  # definitions.
   assert accuracy[NUM_STEPS] > majority + 0.15, (accuracy, majority)
