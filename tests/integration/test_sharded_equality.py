@@ -47,14 +47,12 @@ def _in_process(data_dir, workdir, fields: dict):
   return read_scalars(workdir)
 
 
-@pytest.fixture(scope='module')
-def two_process_runs(pmap_run, tmp_path_factory):
+def _two_process_runs(data_dir, tmp_path) -> dict:
   """The scalars of each run of RUNS on 2 processes x 4 devices: {name:
   scalars}, all of them run one after another in one job (the processes
   start once)."""
-  data_dir, _ = pmap_run
   names = [name for name, (processes, _) in RUNS.items() if processes == 2]
-  runs = [(str(tmp_path_factory.mktemp(name)),
+  runs = [(str(tmp_path / name),
            ['--config=configs/fashion_mnist_pmap.py',
             f'--config.data_dir={data_dir}',
             *[f'--config.{k}={v}'
@@ -90,20 +88,7 @@ def pmap_run(tmp_path_factory):
   return data_dir, scalars
 
 
-@pytest.mark.parametrize('name', RUNS)
-def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
-                                                          name, caplog,
-                                                          request):
-  data_dir, pmap = pmap_run
-  processes, fields = RUNS[name]
-  if processes == 1:
-    with caplog.at_level('INFO'):
-      scalars = _in_process(data_dir, str(tmp_path), fields)
-    if 'grad_accum_steps' in fields:  # It did accumulate.
-      assert 'global batch 16 on 8 devices, in 2 micro-batches of 8.' in \
-          caplog.text
-  else:
-    scalars = request.getfixturevalue('two_process_runs')[name]
+def _assert_matches_pmap(name: str, scalars: dict, pmap: dict):
   assert TAGS <= set(scalars)
   for tag in ('train/loss', 'train/accuracy', 'train/learning_rate',
               'eval/loss'):
@@ -112,3 +97,27 @@ def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
     assert diff < 1e-4, (name, tag)
   # Evaluation counts the same 100 test examples right.
   assert scalars['eval/accuracy'] == pmap['eval/accuracy']
+
+
+@pytest.mark.parametrize(
+    'name', [name for name, (processes, _) in RUNS.items() if processes == 1])
+def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
+                                                          name, caplog):
+  data_dir, pmap = pmap_run
+  fields = RUNS[name][1]
+  with caplog.at_level('INFO'):
+    scalars = _in_process(data_dir, str(tmp_path), fields)
+  if 'grad_accum_steps' in fields:  # It did accumulate.
+    assert 'global batch 16 on 8 devices, in 2 micro-batches of 8.' in \
+        caplog.text
+  _assert_matches_pmap(name, scalars, pmap)
+
+
+def test_two_processes_match_pmap_at_every_logged_step(pmap_run, tmp_path):
+  """Both two-process runs in one test: their job starts the processes once
+  (in a test each, two test workers could each start it)."""
+  data_dir, pmap = pmap_run
+  runs = _two_process_runs(data_dir, tmp_path)
+  assert sorted(runs) == ['shard_map_two_processes', 'sharded_two_processes']
+  for name, scalars in runs.items():
+    _assert_matches_pmap(name, scalars, pmap)
