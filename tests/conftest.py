@@ -28,8 +28,9 @@ if _jaxlib_version() < (0, 11):
   _XLA_FLAGS.append('--xla_cpu_use_fusion_emitters=false')
 os.environ['XLA_FLAGS'] = ' '.join([os.environ.get('XLA_FLAGS', ''),
                                     *_XLA_FLAGS])
-# Many tests compile the same steps: one compilation cache for the session,
-# shared with the commands the tests start (they inherit the environment).
+# Many tests compile the same steps: one compilation cache for each pytest
+# process (each pytest-xdist worker makes its own), shared with the commands
+# its tests start (they inherit the environment).
 _CACHE = tempfile.mkdtemp(prefix='jax-cache-')
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ['JAX_COMPILATION_CACHE_DIR'] = _CACHE
