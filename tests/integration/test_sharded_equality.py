@@ -40,6 +40,11 @@ RUNS = {
 }
 
 
+def _runs_on(processes: int) -> list[str]:
+  """The names of RUNS of `processes` processes."""
+  return [name for name, (count, _) in RUNS.items() if count == processes]
+
+
 def _in_process(data_dir, workdir, fields: dict):
   config = tiny_config(data_dir=data_dir, **SETTINGS)
   config.update_from_flattened_dict(fields)
@@ -51,7 +56,7 @@ def _two_process_runs(data_dir, tmp_path) -> dict:
   """The scalars of each run of RUNS on 2 processes x 4 devices: {name:
   scalars}, all of them run one after another in one job (the processes
   start once)."""
-  names = [name for name, (processes, _) in RUNS.items() if processes == 2]
+  names = _runs_on(2)
   runs = [(str(tmp_path / name),
            ['--config=configs/fashion_mnist_pmap.py',
             f'--config.data_dir={data_dir}',
@@ -99,8 +104,7 @@ def _assert_matches_pmap(name: str, scalars: dict, pmap: dict):
   assert scalars['eval/accuracy'] == pmap['eval/accuracy']
 
 
-@pytest.mark.parametrize(
-    'name', [name for name, (processes, _) in RUNS.items() if processes == 1])
+@pytest.mark.parametrize('name', _runs_on(1))
 def test_every_strategy_matches_pmap_at_every_logged_step(pmap_run, tmp_path,
                                                           name, caplog):
   data_dir, pmap = pmap_run
