@@ -70,6 +70,23 @@ class _Restore(ocp.args.StandardRestore):
   pass
 
 
+class _Manager(ocp.CheckpointManager):
+  """orbax's manager, kept away from JAX's preemption sync point.
+
+  That sync point belongs to the training loop (recipes/runtime/preemption.py
+  counts its step boundaries). JAX agrees on where to stop from the number
+  each process gave it last; orbax would also give it the step being saved,
+  from the save and from its background thread once a save commits. That
+  moves one process's number back, so the processes can agree on a boundary
+  one of them has already passed: it trains on while the other saves alone.
+  The loop decides when to save, so the manager needs no answer of its own.
+  """
+
+  def reached_preemption(self, step: int) -> bool:
+    del step
+    return False
+
+
 def manager(workdir: str | os.PathLike,
             max_to_keep: int | None = 3) -> ocp.CheckpointManager:
   """Manages the numbered checkpoints in `workdir`/checkpoints, keeping the
@@ -82,7 +99,7 @@ def manager(workdir: str | os.PathLike,
   Returns:
     An orbax CheckpointManager for `workdir`/checkpoints.
   """
-  return ocp.CheckpointManager(
+  return _Manager(
       storage.path(workdir) / 'checkpoints',
       item_handlers=_Handler(),
       options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,

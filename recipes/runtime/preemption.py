@@ -7,6 +7,8 @@ collective forever. So with several processes the answer comes from JAX's
 preemption sync point: `jax.distributed` installs its own SIGTERM notifier,
 tells every process, and they agree on the first boundary that all of them
 have not passed yet. SIGINT is passed on to that notifier as SIGTERM.
+Nothing else may ask that sync point (it keeps the last number it was
+given): the checkpoint manager does not (recipes/checkpoint/store.py).
 
 A second signal acts as if there were no handler (Ctrl-C twice interrupts
 at once).

@@ -205,3 +205,47 @@ def test_sigterm_to_one_of_two_processes_stops_both_then_resumes_bitwise(
   assert _latest_step(tmp_path) == step
   _restart(command, step, TWO_PROCESSES)
   _assert_bitwise_equal(tmp_path, uninterrupted)
+
+
+def agree_on_a_stop(workdir: str):
+  """One process of the test below: it passes 11 step boundaries (process 0)
+  or 10 (process 1), saves a checkpoint of step 3 with the run's manager,
+  then process 1 gets SIGTERM; each prints the boundary it stops at."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
+  from recipes.parallel import distributed  # pylint: disable=g-import-not-at-top
+  from recipes.runtime import preemption  # pylint: disable=g-import-not-at-top
+  distributed.initialize(False)
+  mesh = Mesh(np.array(jax.devices()), ('data',))
+  state = {'w': jax.make_array_from_callback(
+      (4,), NamedSharding(mesh, PartitionSpec()), lambda i: np.ones(4)[i])}
+  passed = 11 if jax.process_index() == 0 else 10
+  with preemption.StopRequest() as stop, checkpoint.opened(workdir) as mngr:
+    assert not any(stop.should_stop() for _ in range(passed))
+    checkpoint.save(mngr, 3, state)
+    mngr.wait_until_finished()  # Its background thread is done too.
+    if jax.process_index() == 1:
+      os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(3)  # The processes agree on a boundary meanwhile.
+    for boundary in range(passed + 1, passed + 6):
+      if stop.should_stop():
+        print(f'stops at boundary {boundary}', flush=True)
+        return
+  print('never stops', flush=True)
+
+
+def test_a_save_between_boundaries_leaves_the_stop_agreed(tmp_path):
+  """The two processes stop at the first boundary neither has passed (12),
+  though each saved a checkpoint of an earlier step since its last one: the
+  checkpoint manager does not move the counter JAX agrees on (it did, and one
+  process trained on while the other saved alone)."""
+  job = (f'from tests.integration.test_preemption import agree_on_a_stop; '
+         f'agree_on_a_stop({str(tmp_path)!r})')
+  done = subprocess.run(LAUNCH_TWO + [sys.executable, '-c', job], cwd=ROOT,
+                        env=TWO_PROCESSES, capture_output=True, text=True,
+                        timeout=120, check=False)
+  output = done.stdout + done.stderr
+  assert done.returncode == 0, output[-3000:]
+  stops = sorted(line for line in output.splitlines()
+                 if line.startswith(('[0] ', '[1] ')) and ' stops' in line)
+  assert stops == ['[0] stops at boundary 12', '[1] stops at boundary 12'], (
+      output[-3000:])
