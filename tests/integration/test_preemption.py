@@ -28,10 +28,11 @@ pytestmark = pytest.mark.slow
 NUM_STEPS = 100
 LOG_EVERY = 5
 # A checkpoint every 10 steps: each signal comes right after one, with most
-# of the run still ahead.
+# of the run still ahead. An evaluation with each: its batches are step
+# boundaries too, where a signal may be agreed on.
 OVERRIDES = dict(batch_size=64, num_train_steps=NUM_STEPS,
                  checkpoint_every_steps=10, log_every_steps=LOG_EVERY,
-                 eval_every_steps=NUM_STEPS)
+                 eval_every_steps=10)
 # Every random part of the update on at once: dropout, mixup or cutmix,
 # RandAugment, with label smoothing, accumulation and the moving average.
 TOOLKIT = dict(model='tests.helpers:DropoutNet', mixup_alpha=0.2,
