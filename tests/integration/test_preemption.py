@@ -9,6 +9,7 @@ one process of two, or two processes of one each, which end bitwise alike
 uninterrupted run is the reference of them all."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -227,18 +228,20 @@ def agree_on_a_stop(workdir: str):
     if jax.process_index() == 1:
       os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(3)  # The processes agree on a boundary meanwhile.
-    for boundary in range(passed + 1, passed + 6):
+    for boundary in range(passed + 1, passed + 60):
       if stop.should_stop():
         print(f'stops at boundary {boundary}', flush=True)
         return
+      time.sleep(0.5)  # A machine too busy to agree in 3 s agrees later.
   print('never stops', flush=True)
 
 
 def test_a_save_between_boundaries_leaves_the_stop_agreed(tmp_path):
-  """The two processes stop at the first boundary neither has passed (12),
-  though each saved a checkpoint of an earlier step since its last one: the
-  checkpoint manager does not move the counter JAX agrees on (it did, and one
-  process trained on while the other saved alone)."""
+  """The two processes stop at the same boundary, the first neither has
+  passed (12) unless they took over 3 s to agree, though each saved a
+  checkpoint of an earlier step since its last one: the checkpoint manager
+  does not move the counter JAX agrees on (it did, and one process trained
+  on while the other saved alone, or neither stopped)."""
   job = (f'from tests.integration.test_preemption import agree_on_a_stop; '
          f'agree_on_a_stop({str(tmp_path)!r})')
   done = subprocess.run(LAUNCH_TWO + [sys.executable, '-c', job], cwd=ROOT,
@@ -246,7 +249,8 @@ def test_a_save_between_boundaries_leaves_the_stop_agreed(tmp_path):
                         timeout=120, check=False)
   output = done.stdout + done.stderr
   assert done.returncode == 0, output[-3000:]
-  stops = sorted(line for line in output.splitlines()
-                 if line.startswith(('[0] ', '[1] ')) and ' stops' in line)
-  assert stops == ['[0] stops at boundary 12', '[1] stops at boundary 12'], (
-      output[-3000:])
+  stops = dict(re.findall(r'^\[(\d)\] (stops at boundary \d+|never stops)$',
+                          output, re.MULTILINE))
+  assert stops.keys() == {'0', '1'}, output[-3000:]
+  assert stops['0'] == stops['1'] != 'never stops', output[-3000:]
+  assert int(stops['0'].split()[-1]) >= 12
