@@ -215,7 +215,8 @@ def test_storage_that_goes_away_ends_the_run_in_one_line_in_bounded_time(
        '--config.stall_timeout_seconds=10'],
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
       env={**os.environ, 'STORAGE_EMULATOR_HOST': emulator.url,
-           'JAX_NUM_CPU_DEVICES': '2', 'PYTHONPATH': ROOT})
+           'JAX_NUM_CPU_DEVICES': '2', 'PYTHONPATH': ROOT,
+           'TMPDIR': str(tmp_path)})
   try:
     deadline = time.monotonic() + 240
     while not any(name.endswith('_CHECKPOINT_METADATA')
@@ -234,6 +235,12 @@ def test_storage_that_goes_away_ends_the_run_in_one_line_in_bounded_time(
   last = output.strip().splitlines()[-1]
   assert last.startswith('error: ') and 'storage' in last, last
   assert 'run the same command' in last.lower(), last
+  # A stall in a save names the file its threads' stacks went to.
+  stacks = re.search(r"every thread's stack: (\S+)\)", last)
+  if stacks:
+    assert stacks[1].startswith(str(tmp_path)), last
+    with open(stacks[1], encoding='utf-8') as f:
+      assert 'most recent call first' in f.read()
 
 
 # Weights by name from a bucket: a tag of the table, pointed at the
