@@ -77,8 +77,9 @@ class _Manager(ocp.CheckpointManager):
   counts its step boundaries). JAX agrees on where to stop from the number
   each process gave it last; orbax would also give it the step being saved,
   from the save and from its background thread once a save commits. That
-  moves one process's number back, so the processes can agree on a boundary
-  one of them has already passed: it trains on while the other saves alone.
+  moves a process's number back, so the processes can agree on a boundary
+  one of them has already passed (it trains on while the other saves alone)
+  or both have (neither stops).
   The loop decides when to save, so the manager needs no answer of its own.
   """
 
