@@ -133,6 +133,8 @@ class StepReport:
   memory: analysis.Memory
   cost: analysis.Cost
   collectives: list[analysis.Collective]
+  # XLA counts one pass of each: see analysis.windowed_matmul_loops.
+  windowed_matmul_loops: int
 
 
 def _device_grid(strategy) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -173,9 +175,11 @@ def compile_step(strategy, step: str, batch_size: int,
       raise OutOfMemory(step, batch_size, str(e).split(
           'RESOURCE_EXHAUSTED: ')[-1].split('\n')[0]) from None
   seconds = time.perf_counter() - start
+  hlo = compiled.as_text()
   return StepReport(step, batch_size, seconds, analysis.memory(compiled),
                     analysis.cost(compiled),
-                    analysis.collectives(compiled.as_text(), grid, axes))
+                    analysis.collectives(hlo, grid, axes),
+                    analysis.windowed_matmul_loops(hlo))
 
 
 def find_max_batch(strategy, unit: int, start: int, shape: tuple[int, ...],
@@ -287,6 +291,16 @@ def table(result: dict) -> str:
             f"{result['hbm_gbps']:.0f} GB/s, collectives not counted): "
             f"{e['step_seconds'] * 1e3:.1f} ms per step "
             f"({e['bound']}-bound), {rate}, MFU {e['mfu']:.0%}."]
+  loops = {s['step']: s['windowed_matmul_loops'] for s in result['steps']
+           if s['windowed_matmul_loops']}
+  if loops:
+    lines.append(
+        'XLA counts one pass of each windowed matmul loop (' +
+        ', '.join(f'{n} in the {step} step' for step, n in loops.items()) +
+        "), so its FLOPs and bytes, and this estimate, leave out most of "
+        'their work; LIBTPU_INIT_ARGS="--xla_tpu_enable_windowed_einsum_for_'
+        'all_gather=false --xla_tpu_enable_windowed_einsum_for_reduce_'
+        'scatter=false" compiles without them (docs/performance.md).')
   if 'max_batch_size' in result:
     lines.append(f"Largest global batch that fits: "
                  f"{result['max_batch_size']}.")

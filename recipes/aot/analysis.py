@@ -264,3 +264,23 @@ def train_flops_per_token(model, seq_len: int) -> float:
   # token, half of it under the causal mask.
   attention = model.num_layers * 4 * seq_len * heads * head_dim / 2
   return 3 * (2 * weights + attention)
+
+
+# A windowed (collective) matmul: the SPMD partitioner's loop that multiplies
+# by one or two weight shards per step while the next ones arrive.
+_WINDOWED_LOOP = re.compile(r'\swhile\(.*\bbody=%?[\w.-]*windowed_dot_general_body')
+
+
+def windowed_matmul_loops(hlo: str) -> int:
+  """How many windowed matmul loops an optimized HLO module holds.
+
+  XLA's cost analysis counts a loop's body once, so the FLOPs and bytes of
+  a step with such loops leave out most of their steps.
+
+  Args:
+    hlo: `compiled.as_text()`.
+
+  Returns:
+    The number of `while` instructions whose body is a windowed matmul.
+  """
+  return sum(1 for line in hlo.splitlines() if _WINDOWED_LOOP.search(line))

@@ -151,8 +151,11 @@ def test_the_report_and_its_json(tmp_path):
   train, evaluation = report['steps']
   assert train['memory']['fits'] and train['cost']['flops'] > 0
   # XLA counts about what the zoo counts (3x the forward pass: the first
-  # layer needs no gradient for its input; the optimizer adds a little).
+  # layer needs no gradient for its input; the optimizer adds a little):
+  # no windowed matmul loop leaves part of it out here.
+  assert train['windowed_matmul_loops'] == 0
   assert 0.8 < train['cost']['flops'] / train['model_flops_per_chip'] < 1.5
+  assert 'windowed matmul loop' not in result.stdout
   assert evaluation['step'] == 'eval'
   assert any(c['kind'] == 'all-reduce' for c in train['collectives'])
 

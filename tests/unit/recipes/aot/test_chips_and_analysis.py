@@ -161,3 +161,23 @@ def test_the_sequence_length_is_the_configs_or_the_prepared_datas(tmp_path):
   with pytest.raises(UserError, match='holds sequences of 16 tokens, not '
                      'the seq_len=32 of the config; set --config.seq_len=16'):
     experiment.sequence_length(config)
+
+
+def test_windowed_matmul_loops_are_counted_and_other_loops_are_not():
+  # The shape of XLA's TPU output for an FSDP matmul over 16 chips
+  # (shortened), then a loop of a scan over layers.
+  hlo = '\n'.join([
+      '  %while.65 = (bf16[2,2048,2048]{2,1,0}, bf16[1,128,8,64]{1,3,0,2}) '
+      'while(%tuple.675), condition=%wide.windowed_dot_general_cond_ag.2.'
+      'clone, body=%wide.windowed_dot_general_body_ag.2.clone.sunk, '
+      'metadata={op_name="jit(train_step)/block0/key/dot_general"}',
+      '  %while.7 = (bf16[2,2048,2048]{2,1,0}) while(%tuple.9), '
+      'condition=%windowed_dot_general_cond_rs, '
+      'body=%windowed_dot_general_body_rs.3',
+      '  %while.8 = (s32[], f32[4]{0}) while(%tuple.1), condition=%cond.2, '
+      'body=%body.3',
+      '%wide.windowed_dot_general_body_ag.2.clone.sunk (param: (bf16[2,2048,'
+      '2048])) -> (bf16[2,2048,2048]) {',
+  ])
+  assert analysis.windowed_matmul_loops(hlo) == 2
+  assert analysis.windowed_matmul_loops(hlo.replace('windowed', 'plain')) == 0
