@@ -200,6 +200,27 @@ def collectives(hlo: str, device_grid: np.ndarray,
           for (kind, axes), (count, total) in found.items()]
 
 
+# A windowed (collective) matmul: the SPMD partitioner's loop that multiplies
+# by one or two weight shards per step while the next ones arrive.
+_WINDOWED_LOOP = re.compile(
+    r'\swhile\(.*\bbody=%?[\w.-]*windowed_dot_general_body')
+
+
+def windowed_matmul_loops(hlo: str) -> int:
+  """How many windowed matmul loops an optimized HLO module holds.
+
+  XLA's cost analysis counts a loop's body once, so the FLOPs and bytes of
+  a step with such loops leave out most of their steps.
+
+  Args:
+    hlo: `compiled.as_text()`.
+
+  Returns:
+    The number of `while` instructions whose body is a windowed matmul.
+  """
+  return sum(1 for line in hlo.splitlines() if _WINDOWED_LOOP.search(line))
+
+
 @dataclasses.dataclass(frozen=True)
 class Estimate:
   """A roofline estimate of one step: the slower of compute at the chip's
@@ -265,22 +286,3 @@ def train_flops_per_token(model, seq_len: int) -> float:
   attention = model.num_layers * 4 * seq_len * heads * head_dim / 2
   return 3 * (2 * weights + attention)
 
-
-# A windowed (collective) matmul: the SPMD partitioner's loop that multiplies
-# by one or two weight shards per step while the next ones arrive.
-_WINDOWED_LOOP = re.compile(r'\swhile\(.*\bbody=%?[\w.-]*windowed_dot_general_body')
-
-
-def windowed_matmul_loops(hlo: str) -> int:
-  """How many windowed matmul loops an optimized HLO module holds.
-
-  XLA's cost analysis counts a loop's body once, so the FLOPs and bytes of
-  a step with such loops leave out most of their steps.
-
-  Args:
-    hlo: `compiled.as_text()`.
-
-  Returns:
-    The number of `while` instructions whose body is a windowed matmul.
-  """
-  return sum(1 for line in hlo.splitlines() if _WINDOWED_LOOP.search(line))

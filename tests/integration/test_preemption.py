@@ -18,8 +18,11 @@ import time
 import jax
 import numpy as np
 import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from recipes import checkpoint
+from recipes.parallel import distributed
+from recipes.runtime import preemption
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
                            saved_params, write_fashion_mnist)
 
@@ -213,9 +216,6 @@ def agree_on_a_stop(workdir: str):
   """One process of the test below: it passes 11 step boundaries (process 0)
   or 10 (process 1), saves a checkpoint of step 3 with the run's manager,
   then process 1 gets SIGTERM; each prints the boundary it stops at."""
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
-  from recipes.parallel import distributed  # pylint: disable=g-import-not-at-top
-  from recipes.runtime import preemption  # pylint: disable=g-import-not-at-top
   distributed.initialize(False)
   mesh = Mesh(np.array(jax.devices()), ('data',))
   state = {'w': jax.make_array_from_callback(
