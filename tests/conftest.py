@@ -40,7 +40,7 @@ os.environ['JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'] = '0'
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from tests.helpers import write_fashion_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tests.idx_files import write_fashion_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 jax.config.update('jax_num_cpu_devices', 8)
 

@@ -1,8 +1,7 @@
-"""Small builders shared by the tests: configs, models, IDX files, scalars,
+"""Small builders shared by the tests: configs, models, PNG folders, scalars,
 a small disk."""
 
 import contextlib
-import gzip
 import io
 import os
 import signal
@@ -288,28 +287,6 @@ def learnable_batch(n: int = 64, seed: int = 0) -> dict:
   for i, label in enumerate(labels):
     images[i, 2 * label:2 * label + 3] += 0.7
   return {'image': images, 'label': labels}
-
-
-def write_idx(path: str, array: np.ndarray):
-  """Writes `array` (uint8) as a gzip-compressed IDX file."""
-  header = bytes([0, 0, 0x08, array.ndim]) + np.asarray(
-      array.shape, '>u4').tobytes()
-  with gzip.open(path, 'wb') as f:
-    f.write(header + array.astype(np.uint8).tobytes())
-
-
-def write_fashion_mnist(data_dir: str, num_train: int, num_test: int,
-                        seed: int = 0):
-  """Random 28x28 IDX files named like Fashion-MNIST's; returns the arrays."""
-  rng = np.random.default_rng(seed)
-  arrays = {}
-  for prefix, n in (('train', num_train), ('t10k', num_test)):
-    images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-    labels = rng.integers(0, 10, (n,), dtype=np.uint8)
-    write_idx(os.path.join(data_dir, f'{prefix}-images-idx3-ubyte.gz'), images)
-    write_idx(os.path.join(data_dir, f'{prefix}-labels-idx1-ubyte.gz'), labels)
-    arrays[prefix] = (images, labels)
-  return arrays
 
 
 FASHION_MNIST_CLASSES = ('T-shirt_top', 'Trouser', 'Pullover', 'Dress', 'Coat',

@@ -20,8 +20,9 @@ from recipes import loop
 from recipes.checkpoint import resume, store
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
-from tests.helpers import tiny_config, write_fashion_mnist
+from tests.helpers import tiny_config
 from tests.hub_server import serve_resnet18
+from tests.idx_files import write_fashion_mnist
 from zoo import convert
 from zoo.convert.transfer import target_shapes
 

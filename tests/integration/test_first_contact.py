@@ -17,7 +17,8 @@ from recipes.aot import topology
 from recipes.config import defaults as default
 from recipes.parallel import partition_rules
 from tests.convert_helpers import GoogleViT, google_vit_npz
-from tests.helpers import ROOT, saved_params, write_fashion_mnist
+from tests.helpers import ROOT, saved_params
+from tests.idx_files import write_fashion_mnist
 
 BASH = shutil.which('bash')
 

@@ -16,8 +16,8 @@ from recipes.runtime import storage, summaries
 from tests.convert_helpers import (torchvision_resnet18_state_dict,
                                    write_safetensors)
 from tests.gcs_emulator import Emulator
-from tests.helpers import (ROOT, read_scalars, write_fashion_mnist,
-                           write_png_folder)
+from tests.helpers import ROOT, read_scalars, write_png_folder
+from tests.idx_files import write_fashion_mnist
 
 BUCKET = 'test-bucket'
 

@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
-                           write_fashion_mnist)
+from tests.helpers import LOCAL_LAUNCHER, ROOT, command_env, read_scalars
+from tests.idx_files import write_fashion_mnist
 
 
 def _launch(num_processes, devices, command, timeout=300):

@@ -24,7 +24,8 @@ from recipes import checkpoint
 from recipes.parallel import distributed
 from recipes.runtime import preemption
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, command_env, read_scalars,
-                           saved_params, write_fashion_mnist)
+                           saved_params)
+from tests.idx_files import write_fashion_mnist
 
 # Each test runs the command (or real processes): the slow tier.
 pytestmark = pytest.mark.slow

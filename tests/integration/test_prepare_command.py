@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from tests.helpers import (ROOT, command_env, prepare_in_process,
-                           sigkill_prepare_after, write_fashion_mnist)
+                           sigkill_prepare_after)
+from tests.idx_files import write_fashion_mnist
 
 # A 3,000-example prepare and the command's processes: the slow tier.
 pytestmark = pytest.mark.slow

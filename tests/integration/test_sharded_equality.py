@@ -14,8 +14,8 @@ import pytest
 
 from recipes import train
 from tests.helpers import (LOCAL_LAUNCHER, ROOT, RUN_EACH, command_env,
-                           logs_of_each_run, read_scalars, tiny_config,
-                           write_fashion_mnist)
+                           logs_of_each_run, read_scalars, tiny_config)
+from tests.idx_files import write_fashion_mnist
 
 pytestmark = pytest.mark.slow
 

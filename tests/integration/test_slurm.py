@@ -17,8 +17,8 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import (ROOT, command_env, read_scalars, saved_params,
-                           write_fashion_mnist)
+from tests.helpers import ROOT, command_env, read_scalars, saved_params
+from tests.idx_files import write_fashion_mnist
 
 SCRIPT = os.path.join(ROOT, 'launch', 'slurm.sbatch')
 NODES = ('cpu1', 'cpu2', 'gpu2', 'gpu8')

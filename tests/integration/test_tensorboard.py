@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from recipes import train
 from recipes.runtime import summaries
-from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
+from tests.helpers import read_scalars, tiny_config
+from tests.idx_files import write_fashion_mnist
 
 
 def _events(path) -> list:

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from recipes.runtime import watchdog
-from tests.helpers import LOCAL_LAUNCHER, ROOT, command_env, write_fashion_mnist
+from tests.helpers import LOCAL_LAUNCHER, ROOT, command_env
+from tests.idx_files import write_fashion_mnist
 
 
 def _python(code: str, timeout: float = 60):

@@ -14,7 +14,8 @@ import pytest
 from configs import fashion_mnist_pmap
 from recipes import train
 from recipes.runtime import lease
-from tests.helpers import ROOT, command_env, write_fashion_mnist
+from tests.helpers import ROOT, command_env
+from tests.idx_files import write_fashion_mnist
 
 pytestmark = pytest.mark.slow  # Real commands.
 

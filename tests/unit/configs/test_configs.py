@@ -16,8 +16,8 @@ from recipes import evaluation, experiment
 from recipes.config import defaults as default
 from recipes.data import datasets
 from recipes.data.sources import tfds_source
-from tests.helpers import (ROOT, write_fashion_mnist,
-                           write_labelled_token_dir, write_token_dir)
+from tests.helpers import ROOT, write_labelled_token_dir, write_token_dir
+from tests.idx_files import write_fashion_mnist
 
 CONFIGS = sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'configs',

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from recipes import loop
-from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
+from tests.helpers import read_scalars, tiny_config
+from tests.idx_files import write_fashion_mnist
 
 # The whole loop, a few times: the slow tier.
 pytestmark = pytest.mark.slow

@@ -13,7 +13,8 @@ from recipes.core import optimizers, state_spec
 from recipes.data import datasets
 from recipes.data.sources import tfds_source
 from recipes.parallel.pmap import PmapStrategy
-from tests.helpers import read_scalars, tiny_config, write_fashion_mnist
+from tests.helpers import read_scalars, tiny_config
+from tests.idx_files import write_fashion_mnist
 
 # Tiny models for a few steps: compiling dominates (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures('fast_compiles')

@@ -14,8 +14,8 @@ from recipes import train
 from recipes.config import command_line
 from recipes.runtime import lease
 from recipes.runtime.errors import UserError
-from tests.helpers import (ROOT, config_from_command_line, train_error,
-                           write_fashion_mnist)
+from tests.helpers import ROOT, config_from_command_line, train_error
+from tests.idx_files import write_fashion_mnist
 
 pytestmark = pytest.mark.usefixtures('fast_compiles')  # A tiny MLP.
 

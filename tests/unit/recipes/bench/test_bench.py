@@ -12,7 +12,8 @@ import pytest
 import zoo
 from recipes import bench
 from recipes.bench import step as bench_step
-from tests.helpers import ROOT, command_env, write_fashion_mnist
+from tests.helpers import ROOT, command_env
+from tests.idx_files import write_fashion_mnist
 
 # Tiny models, whose compiling takes longer than the steps they time.
 pytestmark = pytest.mark.usefixtures('fast_compiles')

@@ -32,8 +32,9 @@ from tests.convert_helpers import (GoogleViT, google_vit_npz,
                                    torchvision_resnet18_state_dict,
                                    write_safetensors, zoo_logits)
 from tests.helpers import (ROOT, command_env, config_from_command_line,
-                           small_disk, write_fashion_mnist)
+                           small_disk)
 from tests.hub_server import serve_resnet18
+from tests.idx_files import write_fashion_mnist
 from zoo import convert
 
 SIZES = GoogleViT()

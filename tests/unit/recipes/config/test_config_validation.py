@@ -17,7 +17,8 @@ from recipes import checkpoint, loop
 from recipes.config import defaults as default
 from recipes.config import command_line, fields, validation
 from recipes.runtime.errors import UserError
-from tests.helpers import ROOT, tiny_config, write_fashion_mnist, write_idx
+from tests.helpers import ROOT, tiny_config
+from tests.idx_files import write_fashion_mnist, write_idx
 
 
 def _config(data_dir, **overrides):

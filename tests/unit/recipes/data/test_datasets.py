@@ -12,7 +12,7 @@ from recipes.data.pipeline import in_memory, streaming
 from recipes.data.pipeline.dataset import Dataset
 from recipes.data.sources import idx, tfds_source
 from recipes.runtime.errors import UserError
-from tests.helpers import write_fashion_mnist
+from tests.idx_files import write_fashion_mnist
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from recipes.data.images.preprocess import Preprocessing
 from recipes.data.pipeline.dataset import Dataset
 from recipes.data.sources import idx, tfds_source
 from recipes.runtime.errors import UserError
-from tests.helpers import write_idx
+from tests.idx_files import write_idx
 
 
 class RecipesTestNumbered(tfds.core.GeneratorBasedBuilder):

@@ -7,7 +7,7 @@ import pytest
 from recipes.data import datasets
 from recipes.data.sources import idx
 from recipes.runtime.errors import UserError
-from tests.helpers import write_fashion_mnist, write_idx
+from tests.idx_files import write_fashion_mnist, write_idx
 
 
 def test_reads_back_what_was_written(tmp_path):
