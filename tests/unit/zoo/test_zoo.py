@@ -241,8 +241,7 @@ def test_table_lists_every_model():
 @pytest.mark.parametrize('name', zoo.list_models())
 def test_parameters_carry_logical_names_with_rules(name):
   model, x = _small(name)
-  boxed = jax.eval_shape(functools.partial(model.init, train=False),
-                         jax.random.PRNGKey(0), x)['params']
+  boxed = _boxed_params(model, x.shape, x.dtype)
   rules = dict(partition_rules.default_rules(name))
   assert rules['batch'] == ('data', 'fsdp')
   for path, leaf in jax.tree_util.tree_leaves_with_path(boxed, is_leaf=_is_box):
@@ -250,6 +249,15 @@ def test_parameters_carry_logical_names_with_rules(name):
     assert len(leaf.names) == leaf.value.ndim
     unruled = {n for n in leaf.names if n is not None} - set(rules)
     assert not unruled, f'{jax.tree_util.keystr(path)}: no rule for {unruled}'
+
+
+@functools.lru_cache(maxsize=None)
+def _boxed_params(model, shape, dtype):
+  """The parameters' shapes with their logical names, traced once for the
+  variants that are one model at test size."""
+  return jax.eval_shape(functools.partial(model.init, train=False),
+                        jax.random.PRNGKey(0),
+                        jax.ShapeDtypeStruct(shape, dtype))['params']
 
 
 def _constraints(model, x, variables):

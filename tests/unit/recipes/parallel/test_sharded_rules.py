@@ -1,5 +1,6 @@
 """Meshes and partition rules of the sharded recipe; shapes only, no steps."""
 
+import functools
 
 import flax.linen as nn
 import jax
@@ -21,14 +22,22 @@ FSDP = dict(data=1, fsdp=-1, tensor=1)
 MIXED = dict(data=2, fsdp=2, tensor=2)
 
 
-def _strategy(name, mesh, tx=None, rules=None, path_rules=(), **kwargs):
-  model = zoo.create(name, num_classes=10, **kwargs)
-  shape = zoo.input_shape(name, **kwargs)
+SGD = optax.sgd(0.1, momentum=0.9)
+
+
+def _strategy(name, mesh, tx=SGD, rules=None, path_rules=(), **kwargs):
   return ShardedStrategy(
-      state_spec.make(model, tx or optax.sgd(0.1, momentum=0.9), shape),
-      make_mesh(mesh),
+      _state_spec(name, tx, **kwargs), make_mesh(mesh),
       partition_rules.default_rules(name) if rules is None else rules,
       path_rules)
+
+
+@functools.lru_cache(maxsize=None)
+def _state_spec(name, tx, **kwargs):
+  """Traced once per model and optimizer: a full-size model's takes seconds,
+  and the tests lay it out on several meshes."""
+  model = zoo.create(name, num_classes=10, **kwargs)
+  return state_spec.make(model, tx, zoo.input_shape(name, **kwargs))
 
 
 def _specs(strategy):
