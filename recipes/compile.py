@@ -47,7 +47,7 @@ from recipes.aot import analysis, chips, topology
 from recipes.config import command_line, validation
 from recipes.data import datasets
 from recipes.data.pipeline import dataset
-from recipes.data.sources import array_records, labelled_texts
+from recipes.data.sources import array_records, labelled_texts, tfds_source
 from recipes.parallel import strategy as strategies
 from recipes.runtime import errors, progress, storage
 from recipes.runtime.errors import UserError
@@ -101,7 +101,8 @@ def input_shape(config: ml_collections.ConfigDict) -> tuple[int, tuple]:
     stored = (None, None, config.image_channels or 3)
   else:
     try:
-      info = tfds.builder(name, data_dir=config.data_dir or None).info
+      info = tfds_source.unprepared_builder(
+          name, config.data_dir or None).info
     except tfds.core.registered.DatasetNotFoundError:
       raise datasets.unknown_dataset(name) from None
     num_classes = info.features['label'].num_classes

@@ -5,6 +5,10 @@ network it retries each download for minutes, so the download URLs are probed
 first and an unreachable one is reported at once.
 """
 
+import contextlib
+import glob
+import os
+import tempfile
 import urllib.parse
 from typing import Sequence
 
@@ -35,7 +39,7 @@ def prepared_builder(name: str, data_dir: str | None):
     UserError: if the data is not prepared and cannot be downloaded or
       prepared.
   """
-  builder = tfds.builder(name, data_dir=data_dir)
+  builder = unprepared_builder(name, data_dir)
   if not builder.is_prepared():
     where = data_dir or '~/tensorflow_datasets'
     advice = (f'Run once on a machine with internet (it downloads into '
@@ -52,6 +56,26 @@ def prepared_builder(name: str, data_dir: str | None):
       raise UserError(f'dataset {name!r} could not be downloaded and prepared '
                       f'({type(e).__name__}: {str(e)[:200]}). {advice}') from e
   return builder
+
+
+def unprepared_builder(name: str, data_dir: str | None):
+  """`tfds.builder(name, data_dir=data_dir)`, prepared or not, without the
+  empty folder TFDS leaves in the temporary directory each time it builds
+  one for a dataset not yet prepared there (`DatasetInfo.
+  initialize_from_bucket` makes it for a copy from Cloud Storage that TFDS
+  4.9 has turned off, and never removes it).
+
+  Raises:
+    tfds.core.registered.DatasetNotFoundError: for an unknown name.
+  """
+  pattern = os.path.join(tempfile.gettempdir(), 'tmp*tfds')
+  before = set(glob.glob(pattern))
+  try:
+    return tfds.builder(name, data_dir=data_dir)
+  finally:
+    for path in set(glob.glob(pattern)) - before:
+      with contextlib.suppress(OSError):  # Not empty: not ours to remove.
+        os.rmdir(path)
 
 
 def first_unreachable_url(builder) -> str | None:

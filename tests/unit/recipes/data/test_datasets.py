@@ -1,5 +1,7 @@
 """The dataset's name picks its source; the preprocessing never does."""
 
+import tempfile
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,6 +23,20 @@ def mock_tfds(monkeypatch):
   monkeypatch.setattr(tfds_source, 'first_unreachable_url', lambda b: None)
   with tfds.testing.mock_data(num_examples=24):
     yield
+
+
+def test_a_builder_leaves_nothing_in_the_temporary_directory(tmp_path,
+                                                              monkeypatch):
+  scratch = tmp_path / 'tmp'
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, 'tempdir', str(scratch))
+  data_dir = str(tmp_path / 'data')
+  tfds.builder('mnist', data_dir=data_dir)
+  (left,) = scratch.iterdir()  # TFDS's own, empty, for a dataset unprepared.
+  assert left.name.endswith('tfds') and not list(left.iterdir())
+  builder = tfds_source.unprepared_builder('mnist', data_dir)
+  assert not builder.is_prepared()
+  assert list(scratch.iterdir()) == [left]  # Its own removed, others kept.
 
 
 @pytest.mark.parametrize('name, source', [
