@@ -42,11 +42,6 @@ _LINEN_FIELDS = ('nnx_class', 'args', 'kwargs', 'skip_rng', 'metadata_fn',
                  'parent', 'name')
 
 
-def is_nnx_class(cls: Any) -> bool:
-  """Whether `cls` is a flax.nnx.Module class."""
-  return isinstance(cls, type) and issubclass(cls, nnx.Module)
-
-
 @functools.cache
 def linen_class(nnx_class: type[nnx.Module]) -> type[nn.Module]:
   """A Linen Module class whose instances are `nnx_class` (bridge.ToLinen).

@@ -20,12 +20,11 @@ import dataclasses
 import difflib
 import fnmatch
 import importlib
+import sys
 from typing import Any, Callable, Mapping
 
 import flax.linen as nn
 import jax.numpy as jnp
-
-from zoo import nnx_models
 
 # What kind of network a variant is. Code that owns a mesh picks default
 # partition rules by family (recipes/parallel/partition_rules.py), so the zoo
@@ -181,12 +180,22 @@ def _import(path: str) -> type[nn.Module]:
             else '.')
     raise ValueError(f'model {path!r}: module {module_name!r} has no '
                      f'{class_name!r}{hint}')
-  if nnx_models.is_nnx_class(cls):
+  if _is_nnx_class(cls):
+    # Imported here: flax.nnx takes a third of a second to load, and only
+    # NNX models need it.
+    from zoo import nnx_models  # pylint: disable=g-import-not-at-top
     return nnx_models.linen_class(cls)
   if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
     raise ValueError(f'model {path!r} is {cls!r}, not a flax.linen.Module '
                      'or flax.nnx.Module class.')
   return cls
+
+
+def _is_nnx_class(cls: Any) -> bool:
+  """Whether `cls` is a flax.nnx.Module class; asked without loading
+  flax.nnx, which the module that defined such a class has loaded."""
+  nnx = sys.modules.get('flax.nnx')
+  return bool(nnx) and isinstance(cls, type) and issubclass(cls, nnx.Module)
 
 
 def spec(name: str) -> ModelSpec:

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 
 import flax.linen as nn
@@ -23,7 +24,8 @@ from recipes import experiment
 from recipes.core import optimizers, state_spec
 from recipes.parallel import strategy as strategies
 from recipes.runtime.errors import UserError
-from tests.helpers import ROOT, learnable_batch, saved_params, tiny_config
+from tests.helpers import (ROOT, command_env, learnable_batch, saved_params,
+                           tiny_config)
 from tests.unit.recipes.test_resume import _run
 
 pytestmark = pytest.mark.usefixtures('fast_compiles')
@@ -144,3 +146,15 @@ def test_a_restarted_run_ends_bitwise_where_a_straight_one_does(
     for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed),
                     strict=True):
       np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow  # A fresh process: this one has loaded flax.nnx.
+def test_flax_nnx_loads_only_for_an_nnx_model():
+  code = ('import sys; import zoo; from recipes import train; '
+          "print('flax.nnx' in sys.modules); "
+          f'zoo.create({MODEL!r}, num_classes=3); '
+          "print('flax.nnx' in sys.modules)")
+  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, check=True,
+                       capture_output=True, text=True,
+                       env=command_env()).stdout
+  assert out.splitlines()[-2:] == ['False', 'True']
