@@ -14,8 +14,13 @@ layers below it (tests/unit/test_architecture.py):
 bench/ (python -m recipes.bench) times the layers above it from the outside.
 """
 
-# Every command (python -m recipes.X) runs this first, before JAX starts its
-# backends.
+# Every command (python -m recipes.X) runs this first: before it loads JAX
+# and the rest (runtime/startup.py), and before JAX starts its backends.
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from recipes.runtime import startup
+
+startup.loading()
+
 from recipes.runtime import library_noise
 
 library_noise.skip_tpu_where_there_is_none()

@@ -32,7 +32,7 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # pylint: disable=wrong-import-position
 from absl import app, flags, logging
 
-from recipes.runtime import library_noise
+from recipes.runtime import library_noise, startup
 
 library_noise.import_tensorflow()  # Before anything else loads it.
 
@@ -441,6 +441,7 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  startup.loaded()
   app.run(main, flags_parser=command_line.parser(
       'recipes.compile', __doc__,
       (command_line.CONFIG, TOPOLOGY, NUM_SLICES, FIND_MAX_BATCH, JSON),

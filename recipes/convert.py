@@ -18,7 +18,7 @@ import logging
 import sys
 
 from recipes.checkpoint import converted as checkpoint
-from recipes.runtime import library_noise, storage
+from recipes.runtime import library_noise, startup, storage
 from recipes.runtime.errors import UserError, describe, root_cause, shorten
 from zoo import convert
 
@@ -113,4 +113,5 @@ def _leaves(tree):
 
 
 if __name__ == '__main__':
+  startup.loaded()
   sys.exit(main(sys.argv[1:]))

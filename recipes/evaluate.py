@@ -18,7 +18,9 @@ from absl import app
 
 from recipes import train
 from recipes.config import command_line
+from recipes.runtime import startup
 
 if __name__ == '__main__':
+  startup.loaded()
   app.run(functools.partial(train.main, mode='eval'),
           flags_parser=command_line.parser('recipes.evaluate', __doc__))

@@ -32,7 +32,7 @@ from flax import traverse_util
 
 from recipes.checkpoint import records, resume
 from recipes.checkpoint.converted import MODEL_FILE
-from recipes.runtime import library_noise, storage
+from recipes.runtime import library_noise, startup, storage
 from recipes.runtime.errors import UserError, describe, shorten
 from zoo import convert, registry
 from zoo.convert import export
@@ -224,4 +224,5 @@ def _fail(message) -> int:
 
 
 if __name__ == '__main__':
+  startup.loaded()
   sys.exit(main(sys.argv[1:]))

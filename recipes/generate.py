@@ -49,7 +49,7 @@ from recipes import export
 from recipes.checkpoint import resume, transformers_files
 from recipes.checkpoint.converted import MODEL_FILE
 from recipes.data.text import tokenizer as tokenizer_lib
-from recipes.runtime import library_noise
+from recipes.runtime import library_noise, startup
 from recipes.runtime.errors import UserError, shorten
 from zoo import convert, download, generation, registry
 from zoo.convert import transformers_decoder
@@ -351,4 +351,5 @@ def _generate(model, variables, prompts, tokenizer, sampling, args):
 
 
 if __name__ == '__main__':
+  startup.loaded()
   sys.exit(main(sys.argv[1:]))

@@ -21,7 +21,7 @@ import numpy as np
 from absl import app, logging
 from jax.experimental import multihost_utils
 
-from recipes.runtime import library_noise
+from recipes.runtime import library_noise, startup
 
 library_noise.import_tensorflow()  # Before anything else loads it.
 
@@ -170,5 +170,6 @@ def _exit_at_once(status: int | str | None):
 
 
 if __name__ == '__main__':
+  startup.loaded()
   app.run(main, flags_parser=command_line.parser('recipes.train', __doc__,
                                                  required=('config',)))

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from recipes.runtime import library_noise
+from recipes.runtime import library_noise, startup
 
 library_noise.import_tensorflow()  # Before anything else loads it.
 
@@ -282,4 +282,5 @@ def _relative(file: str, root: str) -> str:
 
 
 if __name__ == '__main__':
+  startup.loaded()
   sys.exit(main(sys.argv[1:]))

@@ -27,6 +27,7 @@ from etils import epath
 import zoo
 from recipes import checkpoint
 from recipes.core import state_spec
+from recipes.runtime import startup
 
 
 def _state(model_name: str):
@@ -104,4 +105,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+  startup.loaded()
   main()

@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from recipes import experiment, loop
 from recipes.bench import step as bench_step
+from recipes.runtime import startup
 from recipes.runtime.dispatch import OneAhead
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -106,4 +107,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  startup.loaded()
   app.run(main)

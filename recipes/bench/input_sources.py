@@ -56,6 +56,7 @@ from recipes.data import datasets
 from recipes.data.images.preprocess import Preprocessing
 from recipes.data.pipeline import in_memory, streaming
 from recipes.data.sources import image_folder
+from recipes.runtime import startup
 
 _CLASSES = 10  # Class folders of the generated JPEGs.
 _QUALITY = 90
@@ -417,4 +418,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == '__main__':
+  startup.loaded()
   main()

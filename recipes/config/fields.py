@@ -20,7 +20,7 @@ from recipes.core import optimizers
 from recipes.data import datasets
 from recipes.data.images import image_codec, preprocess
 from recipes.parallel.strategy import STRATEGIES
-from recipes.runtime import compilation_cache, wandb_writer
+from recipes.runtime import compilation_cache, startup, wandb_writer
 
 MODES = ('train', 'eval')
 HALF_PRECISION_DTYPES = ('bfloat16', 'float16')
@@ -372,5 +372,6 @@ def markdown_table() -> str:
 
 
 if __name__ == '__main__':
+  startup.loaded()
   # python -m recipes.config.fields > table.md: the table of docs/config.md.
   print(markdown_table(), end='')

@@ -52,7 +52,7 @@ import numpy as np
 from recipes.data.sources import array_records, idx
 from recipes.data.sources.examples import EncodedSource, Examples
 from recipes.data.text import token_records
-from recipes.runtime import lease, library_noise, progress, storage
+from recipes.runtime import lease, library_noise, progress, startup, storage
 from recipes.runtime.errors import UserError, describe, shorten
 
 PROGRESS = 'prepare-progress.jsonl'
@@ -795,4 +795,5 @@ def _report(src: str, dst: str, written: Written) -> str:
 
 
 if __name__ == '__main__':
+  startup.loaded()
   sys.exit(main(sys.argv[1:]))
