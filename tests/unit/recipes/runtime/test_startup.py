@@ -23,17 +23,26 @@ def collector_restored():
 def test_a_command_loads_without_collection_then_freezes_what_loaded(
     monkeypatch, collector_restored):
   del collector_restored
-  monkeypatch.setattr(sys, 'argv', ['-m'])  # Python finding recipes.X.
+  # Python finding recipes.train.
+  monkeypatch.setattr(sys, 'argv', ['-m'])
+  monkeypatch.setattr(sys, 'orig_argv', ['python', '-u', '-m',
+                                         'recipes.train', '--workdir=w'])
   startup.loading()
   assert not gc.isenabled()
   startup.loaded()
   assert gc.isenabled() and gc.get_freeze_count() > 0
 
 
-def test_imported_as_a_library_collection_is_left_alone(monkeypatch,
-                                                        collector_restored):
+@pytest.mark.parametrize('argv, orig_argv', [
+    (['notebook.py'], ['python', 'notebook.py']),
+    # Another program, whose package loads the recipes as Python finds it.
+    (['-m'], ['python', '-m', 'their_tools.train', '--config=c.py']),
+])
+def test_imported_as_a_library_collection_is_left_alone(
+    monkeypatch, collector_restored, argv, orig_argv):
   del collector_restored
-  monkeypatch.setattr(sys, 'argv', ['notebook.py'])
+  monkeypatch.setattr(sys, 'argv', argv)
+  monkeypatch.setattr(sys, 'orig_argv', orig_argv)
   frozen = gc.get_freeze_count()
   startup.loading()
   assert gc.isenabled()
