@@ -17,10 +17,9 @@ from zoo.pretrained import create, list_models, load_pretrained
 from zoo.registry import ModelSpec, input_shape, register, spec
 
 # Importing a module registers its models, and every module is imported: a
-# new model is one new file.
-# Every module, for its @register lines; but nnx_models, which registers
-# nothing and loads flax.nnx (a third of a second): `from zoo import
-# nnx_models` where it is used.
+# new model is one new file. All but nnx_models, which registers nothing and
+# loads flax.nnx (a third of a second): `from zoo import nnx_models` where it
+# is used.
 for _module in pkgutil.iter_modules(__path__):
   if not _module.name.startswith('_') and _module.name != 'nnx_models':
     importlib.import_module(f'{__name__}.{_module.name}')

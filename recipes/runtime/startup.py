@@ -5,10 +5,10 @@ all stay; while they load, the collector's full passes over them cost a
 sixth of a command's start (0.8 of 4.5 s of CPU for `python -m
 recipes.train`). recipes/__init__.py turns collection off when Python runs
 a command (`python -m recipes.X`: `sys.argv[0]` is '-m' while Python finds
-X; `sys.orig_argv` names X), and the command turns it back on once its module has loaded, with what
-has loaded frozen (`gc.freeze`: later passes skip it, as they skip
-nothing that a run makes). Imported as a library (a notebook, the tests),
-nothing changes.
+X, and `sys.orig_argv` names X), and the command turns it back on once its
+module has loaded, with what has loaded frozen (`gc.freeze`: later passes
+skip it, as they skip nothing that a run makes). Imported as a library (a
+notebook, the tests), nothing changes.
 """
 
 import gc
