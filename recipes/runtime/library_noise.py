@@ -77,13 +77,38 @@ def _stderr_without(notices: re.Pattern):
       sys.stderr.flush()
 
 
+# What TensorFlow's Keras imports where it is installed, for what the recipes
+# never ask of Keras: pandas and matplotlib (data frames as inputs, image
+# plots), and the legacy Keras's scipy.sparse (sparse inputs). Half a second
+# of a command's start, and matplotlib warns on stderr where the home
+# directory cannot be written.
+_UNUSED_BY_KERAS = ('pandas', 'matplotlib', 'scipy.sparse')
+
+
 def import_tensorflow():
-  """Imports TensorFlow without its start-up notices on stderr."""
+  """Imports TensorFlow without its start-up notices on stderr, and without
+  the packages Keras loads for features the recipes do not use."""
   if 'tensorflow' in sys.modules:
     return
-  with _stderr_without(_TENSORFLOW_NOTICES):
+  with _stderr_without(_TENSORFLOW_NOTICES), _as_if_missing(_UNUSED_BY_KERAS):
     # pylint: disable-next=import-outside-toplevel,unused-import
     import tensorflow
+
+
+@contextlib.contextmanager
+def _as_if_missing(names):
+  """Inside the block, importing one of the modules `names` not loaded yet
+  raises ImportError (a None in sys.modules), as where it is not installed;
+  after it, they import as usual."""
+  hidden = [name for name in names if name not in sys.modules]
+  for name in hidden:
+    sys.modules[name] = None
+  try:
+    yield
+  finally:
+    for name in hidden:
+      if sys.modules.get(name, ()) is None:
+        del sys.modules[name]
 
 
 def stderr_without_no_tpu_notices():

@@ -225,6 +225,28 @@ def test_tensorflow_notices_are_dropped_and_its_warnings_kept(tmp_path):
 
 
 @pytest.mark.slow
+def test_tensorflow_loads_without_what_keras_would_load_for_us():
+  """Keras, which TensorFlow loads, imports pandas, matplotlib and
+  scipy.sparse where they are installed (here: the test extra), for what the
+  recipes never ask of it; a command loads TensorFlow without them, and
+  they still import afterwards."""
+  unused = ('pandas', 'matplotlib', 'scipy.sparse')
+  result = subprocess.run(
+      [sys.executable, '-c',
+       'import sys\n'
+       'from recipes.runtime import library_noise\n'
+       'library_noise.import_tensorflow()\n'
+       f'print(sorted(n for n in {unused!r} if n in sys.modules))\n'
+       'import matplotlib.pyplot, pandas, scipy.sparse\n'
+       'import tensorflow as tf\n'
+       'print([int(x) for x in tf.data.Dataset.range(3).map(lambda x: 2 * x)'
+       '.as_numpy_iterator()])\n'],
+      capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines() == ['[]', '[0, 2, 4]'], result.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not topology.have_libtpu(),
                     reason="libtpu is not installed: pip install -e '.[tpu]'")
 def test_libtpu_stays_quiet_where_there_is_no_tpu(tmp_path):
