@@ -56,9 +56,12 @@ class PmapStrategy(DataParallel):
     """Copies a state that every process holds whole onto each device.
 
     From the host: flax's `jax_utils.replicate` stacks each array on its
-    device, which compiles a program per array shape (seconds at start)."""
-    sharding = NamedSharding(Mesh(np.array(self.devices), ('replicas',)),
-                             PartitionSpec('replicas'))
+    device, which compiles a program per array shape (seconds at start).
+    The sharding is the one pmap gives the state it returns (its axis name
+    over the local devices): with any other, the first step's program would
+    not serve the second, which would compile the step again."""
+    sharding = NamedSharding(Mesh(np.array(self.devices), (AXIS,)),
+                             PartitionSpec(AXIS))
     copies = len(self.devices)
 
     def replicate(x):

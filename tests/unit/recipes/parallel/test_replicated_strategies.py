@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import optax
 import pytest
+from jax import monitoring
 
 from recipes import experiment
 from recipes.core import optimizers, state_spec
@@ -67,6 +68,31 @@ def test_steps_lower_the_loss_keep_replicas_identical_and_agree(model):
                      strategy.to_host(metrics).compute())
   same = jax.tree.map(np.array_equal, results['pmap'], results['shard_map'])
   assert all(jax.tree.leaves(same)), same
+
+
+@pytest.mark.parametrize('name', strategies.STRATEGIES)
+def test_the_first_steps_program_serves_the_next_steps(name):
+  """The state a step returns is placed as the one it was given: a state
+  placed otherwise (pmap's, on a mesh of another axis name) made every run
+  compile its step a second time, at step 2."""
+  strategy, state = _replicated_state(tiny_config(), name)
+  batch = next(strategy.place_batches([learnable_batch()]))
+  state, _ = strategy.train_step(state, batch)
+  lowered = []
+
+  def count(event, duration, **kwargs):
+    del duration, kwargs
+    if event == '/jax/core/compile/jaxpr_to_mlir_module_duration':
+      lowered.append(event)
+
+  monitoring.register_event_duration_secs_listener(count)
+  try:
+    for _ in range(2):
+      state, metrics = strategy.train_step(state, batch)
+    jax.block_until_ready((state, metrics))
+  finally:
+    monitoring.unregister_event_duration_listener(count)
+  assert not lowered
 
 
 @pytest.mark.parametrize('name', REPLICATED)
