@@ -160,7 +160,12 @@ def _straight(tokens, tmp_path_factory):
     return workdir, train.run(_config(tokens), str(workdir))
 
 
-def test_a_run_reports_perplexity_and_tokens_per_second(straight):
+def test_a_run_reports_perplexity_and_tokens_per_second_and_eval_agrees(
+    tokens, straight):
+  """Also: evaluating its workdir gives the run's perplexity on the held-out
+  split (here rather than a test of its own, so that pytest-xdist cannot
+  send a third test of `straight` to the other worker, which would train it
+  again)."""
   workdir, summary = straight
   assert summary['perplexity'] == pytest.approx(np.exp(summary['loss']),
                                                 rel=1e-5)
@@ -176,6 +181,9 @@ def test_a_run_reports_perplexity_and_tokens_per_second(straight):
                              rtol=1e-5)
   assert scalars['eval/perplexity'][6] == pytest.approx(
       np.exp(scalars['eval/loss'][6]), rel=1e-5)
+  evaluated = train.run(_config(tokens, mode='eval'), str(workdir))
+  assert evaluated['perplexity'] == pytest.approx(summary['perplexity'],
+                                                  rel=1e-6)
 
 
 def test_a_stopped_run_resumes_to_the_same_parameters_bitwise(
@@ -190,14 +198,6 @@ def test_a_stopped_run_resumes_to_the_same_parameters_bitwise(
   assert step == 6
   _, uninterrupted = saved_params(straight[0])
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
-
-
-def test_eval_mode_gives_the_runs_perplexity_on_the_held_out_split(
-    tokens, straight):
-  workdir, summary = straight
-  evaluated = train.run(_config(tokens, mode='eval'), str(workdir))
-  assert evaluated['perplexity'] == pytest.approx(summary['perplexity'],
-                                                  rel=1e-6)
 
 
 def _error(config, workdir) -> str:
