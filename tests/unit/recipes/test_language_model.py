@@ -163,9 +163,9 @@ def _straight(tokens, tmp_path_factory):
 def test_a_run_reports_perplexity_and_tokens_per_second_and_eval_agrees(
     tokens, straight):
   """Also: evaluating its workdir gives the run's perplexity on the held-out
-  split (here rather than a test of its own, so that pytest-xdist cannot
-  send a third test of `straight` to the other worker, which would train it
-  again)."""
+  split (here rather than in a test of its own: each test of `straight` is
+  one more that pytest-xdist may send to the other worker, which then trains
+  it again)."""
   workdir, summary = straight
   assert summary['perplexity'] == pytest.approx(np.exp(summary['loss']),
                                                 rel=1e-5)
