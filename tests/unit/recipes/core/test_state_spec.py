@@ -13,8 +13,8 @@ from recipes.core.train_state import UpdateRules
 from tests.helpers import slow_after
 
 # The real-size CNN, a small ViT and GPT-2 (float and integer inputs), with
-# AdamW's moments and an EMA copy besides. (A ResNet-20's default compile
-# alone takes 40 s here.)
+# AdamW's moments and an EMA copy besides. (A ResNet-20's compile at level 3
+# took 40 s with jaxlib 0.10's older emitters.)
 MODELS = {
     'cnn': (lambda: zoo.create('cnn'), (28, 28, 1), jnp.float32),
     'vit': (lambda: zoo.create('vit_ti16', num_classes=10, patch_size=7,
@@ -35,7 +35,7 @@ def test_the_initial_state_has_the_bits_of_xlas_default_compile(name):
                          update_rules=UpdateRules(ema_decay=0.99))
   rng = jax.random.PRNGKey(3)
   quick = spec.create_state(rng)
-  # XLA's own level (3), which tests/conftest.py's XLA_FLAGS would lower.
+  # XLA's own level (3), which tests/conftest.py lowers on jaxlib 0.10.
   default = jax.jit(spec.init).lower(rng).compile(
       compiler_options={'xla_backend_optimization_level': 3})(rng)
   leaves = jax.tree.leaves(default)
@@ -46,7 +46,8 @@ def test_the_initial_state_has_the_bits_of_xlas_default_compile(name):
 
 
 def test_on_cpu_the_initial_state_compiles_at_a_lower_llvm_level():
-  """The options do reach XLA: a level XLA refuses fails the compile."""
+  """The options do reach XLA: an option XLA does not know fails the
+  compile."""
   assert state_spec._init_compiler_options() == {
       'xla_backend_optimization_level': 2}
   spec = state_spec.make(zoo.create('mlp', num_classes=3, hidden_sizes=(4,)),
