@@ -40,6 +40,7 @@ def _cached_programs_hang() -> bool:
   On CPU, with several processes, a step read from the cache waits forever
   in its first collective across processes (gloo); the same step compiled
   in the run works. Seen with jax 0.12.1, not with 0.10.2; such runs are
-  small (tests, a laptop), so they always compile.
+  small (tests, a laptop), so they always compile. Keeping the cache on
+  process 0 alone hangs the same way: one program it reads back is enough.
   """
   return jax.process_count() > 1 and jax.default_backend() == 'cpu'
