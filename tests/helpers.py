@@ -23,7 +23,7 @@ from ml_collections import config_flags
 from recipes import checkpoint
 from recipes.config import defaults as default
 from recipes.data import prepare
-from recipes.runtime import lease, summaries
+from recipes.runtime import summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_LAUNCHER = os.path.join(ROOT, 'launch', 'local.sh')
@@ -125,12 +125,9 @@ def sigkill_prepare_after(command: list[str], dst, shards: int,
 
 def prepare_in_process(*args) -> tuple[int, str, str]:
   """(exit status, stdout, stderr) of recipes.data.prepare's `main` run in
-  this process, without its one-second wait for a rival prepare (none runs
-  here)."""
+  this process."""
   out, err = io.StringIO(), io.StringIO()
-  with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(
-      out), contextlib.redirect_stderr(err):
-    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     try:
       code = prepare.main([str(arg) for arg in args])
     except SystemExit as e:  # argparse's --help and usage errors.
@@ -171,10 +168,8 @@ def write_token_dir(folder, seq_len: int = 16, num_train: int = 160,
         words = [LM_WORDS[(start + i) % len(LM_WORDS)] for i in range(length)]
         f.write(json.dumps({'text': ' '.join(words)}) + '\n')
   dst = os.path.join(folder, 'tokens')
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
-    prepare.prepare(f'jsonl:{corpus}', dst, 1000,
-                    text=prepare.Text(tokenizer_file, seq_len))
+  prepare.prepare(f'jsonl:{corpus}', dst, 1000,
+                  text=prepare.Text(tokenizer_file, seq_len))
   return dst
 
 
@@ -227,10 +222,8 @@ def write_labelled_token_dir(folder, seq_len: int = 16) -> str:
       [w for words in CLASS_WORDS.values() for w in words])
   text = write_labelled_text(os.path.join(folder, 'text'))
   dst = os.path.join(folder, 'tokens')
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
-    prepare.prepare(f'jsonl:{text}', dst, 1000, text=prepare.Text(
-        tokenizer, seq_len, label_column='label'))
+  prepare.prepare(f'jsonl:{text}', dst, 1000, text=prepare.Text(
+      tokenizer, seq_len, label_column='label'))
   return dst
 
 

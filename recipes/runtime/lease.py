@@ -17,8 +17,10 @@ DST/prepare.lease (`held_here`, one process).
 
 The file goes through recipes.runtime.storage, so this works on local disks
 and in buckets alike. Two runs starting within the same second could both
-find no lease: each writes its own, waits VERIFY_SECONDS and reads it back,
-and the one whose lease was replaced stops.
+find no lease. On a local disk the file is created atomically, so one of
+them gets it and the other finds it held. In a bucket, and where a stale
+lease is taken over, each writes its own, waits VERIFY_SECONDS and reads it
+back, and the one whose lease was replaced stops.
 """
 
 import contextlib
@@ -119,13 +121,24 @@ class _Lease:
     self._thread = threading.Thread(target=self._renew, daemon=True,
                                     name=holder.file_name)
 
+  def _contents(self) -> str:
+    return json.dumps({**self.mine, 'renewed': time.time()})
+
   def _write(self):
-    self.path.write_text(json.dumps({**self.mine, 'renewed': time.time()}))
+    self.path.write_text(self._contents())
 
   def acquire(self) -> str | None:
     """Takes the lease; or says why not (another run holds it)."""
     now = time.time()
     found = _read(self.path)
+    if not found:
+      # Where none is, a local disk creates it atomically: no wait.
+      created = storage.create_whole(self.path, self._contents())
+      if created:
+        self._thread.start()
+        return None
+      if created is False:  # A run that started with us was quicker.
+        now, found = time.time(), _read(self.path)
     if held_by_another(found, now):
       return _describe(found, self.path, now, self.holder)
     if found:

@@ -30,6 +30,7 @@ used exactly as the libraries do by default.
 """
 
 import os
+import uuid
 
 from etils import epath
 
@@ -101,6 +102,34 @@ def write_whole(file: epath.Path, text: str):
   partial = file.with_name(file.name + PARTIAL)
   partial.write_text(text)
   partial.replace(file)
+
+
+def create_whole(file: epath.Path, text: str) -> bool | None:
+  """Writes `text` to `file` whole, only where no file of that name is.
+
+  On a local disk this is atomic: of processes that create the same file at
+  once, one gets True, the others False. It is written beside the name
+  first, then hard-linked to it (a link fails where the name exists).
+
+  Returns:
+    True: written. False: a file of that name was there first. None: it
+    cannot be done atomically here (a bucket, or a disk without hard
+    links); nothing was written, and the caller must make sure another way.
+  """
+  if '://' in os.fspath(file):
+    return None
+  # A name of its own: a rival's file beside it is never this one.
+  partial = file.with_name(f'{file.name}.{uuid.uuid4().hex}{PARTIAL}')
+  partial.write_text(text)
+  try:
+    os.link(partial, file)
+  except FileExistsError:
+    return False
+  except OSError:  # No hard links on this file system.
+    return None
+  finally:
+    partial.unlink(missing_ok=True)
+  return True
 
 
 # Packages whose errors mean the storage service did not answer as it should.

@@ -17,7 +17,6 @@ import zoo
 from recipes import experiment, train
 from recipes.core import state_spec, steps
 from recipes.data import datasets
-from recipes.runtime import lease
 from tests.helpers import (read_scalars, saved_params, tiny_config,
                            train_error, write_token_dir)
 
@@ -31,11 +30,6 @@ MODEL = 'smollm2_135m'  # At its test size: 2 blocks of 32 features.
 def _tokens(tmp_path_factory):
   """A prepared directory of sequences of 16 tokens (29 ids)."""
   return write_token_dir(tmp_path_factory.mktemp('text'), seq_len=16)
-
-
-@pytest.fixture(autouse=True)
-def _no_wait_for_a_rival_run(monkeypatch):
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
 
 
 def _config(tokens, **overrides):
@@ -155,9 +149,7 @@ def test_every_strategy_and_accumulation_take_the_steps_of_pmap(
 def _straight(tokens, tmp_path_factory):
   """(workdir, final summary) of an uninterrupted 6-step sharded run."""
   workdir = tmp_path_factory.mktemp('straight')
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
-    return workdir, train.run(_config(tokens), str(workdir))
+  return workdir, train.run(_config(tokens), str(workdir))
 
 
 def test_a_run_reports_perplexity_and_tokens_per_second_and_eval_agrees(

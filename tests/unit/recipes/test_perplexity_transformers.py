@@ -36,7 +36,6 @@ from recipes import convert, export, train
 from recipes.config import defaults
 from recipes.data import prepared_text
 from recipes.data.text import packing, token_records
-from recipes.runtime import lease
 from tests.unit.zoo.convert.test_convert_transformers_decoder import _original
 
 FORTUNES = '/usr/share/games/fortunes'
@@ -49,11 +48,6 @@ pytestmark = [
     pytest.mark.slow]  # The whole validation split, ~142k tokens, twice each.
 
 
-
-
-@pytest.fixture(autouse=True)
-def _no_wait_for_a_rival_run(monkeypatch):
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
 
 
 @pytest.fixture(scope='module', name='prepared')

@@ -16,7 +16,6 @@ import zoo
 from recipes import train
 from recipes.checkpoint import store
 from recipes.core import state_spec, steps
-from recipes.runtime import lease
 from tests.helpers import (CLASS_WORDS, read_scalars, tiny_config,
                            train_error, write_labelled_text,
                            write_labelled_token_dir, write_word_tokenizer)
@@ -25,11 +24,6 @@ from tests.helpers import (CLASS_WORDS, read_scalars, tiny_config,
 pytestmark = pytest.mark.usefixtures('fast_compiles')
 
 MODEL = 'bert_base'  # At its test size: 2 blocks of 32 features, 97 ids.
-
-
-@pytest.fixture(autouse=True)
-def _no_wait_for_a_rival_run(monkeypatch):
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
 
 
 @pytest.fixture(scope='module', name='tokens')
@@ -114,9 +108,7 @@ def test_the_model_sees_the_mask():
 def _straight(tokens, tmp_path_factory):
   """(workdir, final summary) of a 6-step sharded run."""
   workdir = tmp_path_factory.mktemp('straight')
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
-    return workdir, train.run(_config(f'tokens:{tokens}'), str(workdir))
+  return workdir, train.run(_config(f'tokens:{tokens}'), str(workdir))
 
 
 @pytest.mark.slow

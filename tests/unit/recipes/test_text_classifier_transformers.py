@@ -19,7 +19,6 @@ torch, transformers = originals('torch', 'transformers')
 
 # pylint: disable=wrong-import-position
 from recipes import convert, train
-from recipes.runtime import lease
 from zoo import convert as zoo_convert
 from tests.helpers import (CLASS_WORDS, saved_params, tiny_config,
                            write_labelled_text, write_word_tokenizer)
@@ -33,7 +32,6 @@ SIZE = dict(hidden_size=128, num_layers=2, num_heads=2, mlp_dim=192,
 
 
 def test_converted_bert_fine_tunes_as_a_classifier(tmp_path, monkeypatch):
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
   folder = tmp_path / 'bert'
   tokenizer = write_word_tokenizer(
       folder, [w for ws in CLASS_WORDS.values() for w in ws])

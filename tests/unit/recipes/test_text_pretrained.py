@@ -16,7 +16,6 @@ import safetensors.numpy
 import zoo
 from recipes import train
 from recipes.config import defaults
-from recipes.runtime import lease
 from tests.helpers import read_scalars, write_token_dir
 from tests.hub_server import HubServer
 from zoo import convert, weights
@@ -48,7 +47,6 @@ def _hub(tmp_path, monkeypatch):
   monkeypatch.setenv('HF_ENDPOINT', server.url)
   monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hf'))
   monkeypatch.setenv('JAX_MODEL_ZOO_WEIGHTS', str(tmp_path / 'zoo'))
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
   server.tensors, server.tokenizer = tensors, tokenizer
   server.corpus = str(tmp_path / 'text' / 'corpus')
   yield server

@@ -12,7 +12,6 @@ import pytest
 
 from recipes import train
 from recipes.config import command_line
-from recipes.runtime import lease
 from recipes.runtime.errors import UserError
 from tests.helpers import ROOT, config_from_command_line, train_error
 from tests.idx_files import write_fashion_mnist
@@ -39,13 +38,6 @@ def _hashes(directory):
         found[os.path.relpath(path, directory)] = hashlib.sha256(
             f.read()).hexdigest()
   return found
-
-
-@pytest.fixture(autouse=True)
-def _no_wait_for_a_rival_run(monkeypatch):
-  """A run waits a second after taking its workdir's lease for a rival
-  (recipes/runtime/lease.py); none starts here."""
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
 
 
 @pytest.fixture(name='empty_dir')

@@ -68,13 +68,6 @@ def _files(path):
   return {name: (path / name).read_bytes() for name in os.listdir(path)}
 
 
-@pytest.fixture(autouse=True)
-def _no_wait_for_a_rival(monkeypatch):
-  """Each prepare waits VERIFY_SECONDS after taking its lease for a rival
-  started in the same second; none starts here."""
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
-
-
 @pytest.fixture
 def written(tmp_path):
   source = _source()

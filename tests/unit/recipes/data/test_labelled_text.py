@@ -14,15 +14,9 @@ from recipes.data.pipeline import token_batches
 from recipes.data.sources import (fortune_source, jsonl_source,
                                   labelled_texts, parquet_source)
 from recipes.data.text import labelled_records
-from recipes.runtime import lease
 from recipes.runtime.errors import UserError
 from tests.helpers import (CLASS_WORDS, write_labelled_text,
                            write_word_tokenizer)
-
-
-@pytest.fixture(autouse=True)
-def _no_wait_for_a_rival_prepare(monkeypatch):
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
 
 
 def _jsonl(path, rows) -> str:
@@ -133,10 +127,8 @@ def _prepared(tmp_path_factory):
   tokenizer = write_word_tokenizer(root / 'tok', words)
   text = write_labelled_text(root / 'text')
   dst = str(root / 'tokens')
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(lease, 'VERIFY_SECONDS', 0.0)
-    prepare.prepare(f'jsonl:{text}', dst, 40, text=prepare.Text(
-        tokenizer, 6, label_column='label'))
+  prepare.prepare(f'jsonl:{text}', dst, 40, text=prepare.Text(
+      tokenizer, 6, label_column='label'))
   return dst, tokenizer, text
 
 

@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from recipes.runtime import lease
 
 WORDS = ('the model reads packed sequences of tokens and every document '
          'ends with an end of text token so that attention stays inside '
@@ -50,9 +49,3 @@ def bpe_file(tmp_path_factory):
   bpe.save(str(path))
   return str(path)
 
-
-@pytest.fixture(autouse=True)
-def _no_wait_for_a_rival(monkeypatch):
-  """Each prepare waits VERIFY_SECONDS after taking its lease for a rival
-  started in the same second; none starts here."""
-  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
