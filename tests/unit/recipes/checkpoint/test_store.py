@@ -1,0 +1,84 @@
+"""What a save costs: a replicated state goes into a checkpoint without a
+program per array. pmap's copies become one replicated copy in one program,
+and orbax writes arrays under 1 MiB a slice from one device whole, where it
+would compile a slicing program per array shape and device."""
+
+import contextlib
+
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import zoo
+from recipes import checkpoint
+from recipes.checkpoint import store
+from recipes.core import state_spec
+from recipes.parallel.pmap import PmapStrategy
+
+
+@contextlib.contextmanager
+def _lowerings():
+  """The number of programs JAX lowers inside the block (compiled or read
+  from the compilation cache), as a one-item list filled on exit."""
+  events = []
+
+  def listener(event, duration, **kwargs):
+    del duration, kwargs
+    if event == '/jax/core/compile/jaxpr_to_mlir_module_duration':
+      events.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  count = []
+  try:
+    yield count
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+    count.append(len(events))
+
+
+def _replicated(*shape):
+  """float32 values of `shape` held whole by each of the 8 devices."""
+  values = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+  return jax.device_put(values, NamedSharding(Mesh(np.array(jax.devices()),
+                                                   ('devices',)),
+                                              PartitionSpec()))
+
+
+def test_arrays_under_a_mib_a_slice_are_written_whole(tmp_path):
+  # 8 copies: a slice is an eighth of the array. Shapes no other test uses,
+  # so that no slicing program of theirs is in JAX's memory.
+  small = {'bias': _replicated(136), 'kernel': _replicated(8, 8 * 1031)}
+  large = {'kernel': _replicated(8, store.MIN_SLICE_BYTES // 4)}  # 1 MiB.
+  for tree, name in ((small, 'small'), (large, 'large')):
+    with checkpoint.manager(str(tmp_path / name)) as mngr, _lowerings() as n:
+      checkpoint.save(mngr, 1, tree)
+      mngr.wait_until_finished()
+    if tree is small:
+      assert n == [0], 'orbax sliced arrays below 1 MiB a slice'
+    else:  # One slice for each device to write.
+      assert n == [len(jax.devices())], 'orbax wrote a large array whole'
+    restored = checkpoint.restore(checkpoint.manager(str(tmp_path / name)),
+                                  jax.tree.map(lambda a: jax.ShapeDtypeStruct(
+                                      a.shape, a.dtype, sharding=a.sharding),
+                                               tree))
+    for saved, read in zip(jax.tree.leaves(tree), jax.tree.leaves(restored)):
+      np.testing.assert_array_equal(np.asarray(read), np.asarray(saved))
+
+
+@pytest.mark.usefixtures('fast_compiles')
+def test_pmaps_copies_become_one_checkpoint_copy_in_one_program():
+  strategy = PmapStrategy(state_spec.make(
+      zoo.create('cnn', num_classes=10), optax.sgd(0.1, momentum=0.9),
+      (28, 28, 1)))
+  state = strategy.create_state(jax.random.key(0))
+  with _lowerings() as n:
+    copy = strategy.to_checkpoint(state)
+  assert n == [1]
+  for one, replicated in zip(jax.tree.leaves(strategy.to_host(state)),
+                             jax.tree.leaves(copy)):
+    assert replicated.sharding.is_fully_replicated
+    assert len(replicated.sharding.device_set) == len(jax.devices())
+    for shard in replicated.addressable_shards:
+      np.testing.assert_array_equal(np.asarray(shard.data), one)
