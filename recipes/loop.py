@@ -78,6 +78,9 @@ class TrainSummaries:
         write tokens/s too; None: images.
     """
     self._exp, self._writer, self._every = exp, writer, every
+    # One compiled program, where calling optax's schedule runs (and first
+    # compiles) each of its operations apart: 0.35 -> 0.1 s of a start.
+    self._learning_rate = jax.jit(exp.schedule)
     self._skipping = skipping
     self.tokens_per_step = tokens_per_step
     self._unchecked, self._checked = [], []
@@ -125,7 +128,7 @@ class TrainSummaries:
     # Averages over steps that were all skipped are NaN: left out.
     scalars = {f'train/{k}': v for k, v in summary.items()
                if k != 'skipped' and np.isfinite(v)}
-    scalars['train/learning_rate'] = self._exp.schedule(step - 1)
+    scalars['train/learning_rate'] = self._learning_rate(step - 1)
     scalars['train/steps_per_sec'] = (step - first) / (time.monotonic() - since)
     if self.tokens_per_step:  # A language model's throughput.
       scalars['train/tokens_per_sec'] = (scalars['train/steps_per_sec'] *
