@@ -138,14 +138,13 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str):
   """
   exp = experiment.build(config)
   with checkpoint.opened(workdir, config.keep_checkpoints or None) as mngr:
-    state, step = resume.restore_latest(mngr, exp.strategy,
-                                        exp.create_state())
+    state, step = resume.restore_latest(mngr, exp.strategy)
   if step == 0 and not (config.init_from or config.pretrained):
     raise UserError(f'no checkpoint to evaluate in {workdir}/checkpoints; '
                     'train first, point --workdir at a trained run, or give '
                     'weights with --config.init_from or --config.pretrained.')
   if step == 0:  # The workdir's own checkpoint comes first, as in training.
-    state = experiment.given_weights(config, exp.strategy, state)
+    state = experiment.given_weights(config, exp.strategy, exp.create_state())
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
   # The training split's files do not matter here.
   data_files.check_and_record(

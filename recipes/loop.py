@@ -194,10 +194,11 @@ def _start(config, workdir, exp, mngr, watchdog):
   class_names.check_and_record(workdir, exp.data.class_names, config.dataset)
   data_files.check_and_record(workdir, exp.data.files, config.dataset,
                               config.allow_changed_data)
-  watchdog.beat('creating the initial state')
-  state = exp.create_state()
   watchdog.beat('restoring the latest checkpoint')
-  state, start_step = resume.restore_latest(mngr, exp.strategy, state)
+  state, start_step = resume.restore_latest(mngr, exp.strategy)
+  if state is None:
+    watchdog.beat('creating the initial state')
+    state = exp.create_state()
   if start_step > exp.num_steps:
     raise UserError(
         f'the checkpoint in {mngr.directory} is of step {start_step}, past '

@@ -15,25 +15,26 @@ from recipes.runtime import storage
 from recipes.runtime.errors import UserError
 
 
-def restore_latest(mngr, strategy, state):
-  """The state of the latest checkpoint and its step, or (state, 0).
+def restore_latest(mngr, strategy):
+  """The state of the latest checkpoint and its step, or (None, 0).
+
+  No initial state is needed (nor made): a resumed run skips creating one.
 
   Args:
     mngr: the run's checkpoint manager.
     strategy: the run's strategy, which places the restored arrays.
-    state: the freshly initialized state, returned when nothing is restored.
 
   Returns:
-    (state, step): the restored state and its step, or (`state`, 0).
+    (state, step): the restored state and its step, or (None, 0) where there
+    is no checkpoint.
 
   Raises:
     UserError: no checkpoint is usable, or one does not fit this run (see
       `store.restore_latest`).
   """
-  restored, _ = store.restore_latest(
-      mngr, strategy.checkpoint_target(state))
+  restored, _ = store.restore_latest(mngr, strategy.checkpoint_target())
   if restored is None:
-    return state, 0
+    return None, 0
   state = strategy.from_checkpoint(restored)
   step = int(strategy.to_host(state.step))
   logging.info('Resuming from the checkpoint of step %d in %s.', step,
@@ -58,7 +59,7 @@ def init_from(path: str, strategy, state):
   Raises:
     UserError: no checkpoint at `path`, or none of its parameters fits.
   """
-  target = strategy.checkpoint_target(state)
+  target = strategy.checkpoint_target()
   loaded, kept = load_params(
       path, {'params': target.params, 'batch_stats': target.batch_stats})
   return _start_from(loaded, kept, path, strategy, state)
@@ -81,7 +82,7 @@ def init_from_weights(variables: dict, name: str, strategy, state):
   Raises:
     UserError: none of the weights' parameters fits the model.
   """
-  target = strategy.checkpoint_target(state)
+  target = strategy.checkpoint_target()
   wanted = traverse_util.flatten_dict(
       {'params': target.params, 'batch_stats': target.batch_stats}, sep='/')
   given = traverse_util.flatten_dict(variables, sep='/')

@@ -149,9 +149,8 @@ class GlobalState:
     """See `Strategy.to_checkpoint`: the state as it is."""
     return state
 
-  def checkpoint_target(self, state):
+  def checkpoint_target(self):
     """See `Strategy.checkpoint_target`: `abstract_state`."""
-    del state  # The shardings are the strategy's, not the state's.
     return self.abstract_state
 
   def from_checkpoint(self, restored):

@@ -104,12 +104,12 @@ class PmapStrategy(DataParallel):
             x.shape, sharding, [s.data for s in x.addressable_shards]),
         self._one_copy(state))
 
-  def checkpoint_target(self, state):
+  def checkpoint_target(self):
     """See `Strategy.checkpoint_target`: one copy's shapes."""
     sharding = self._replicated_everywhere()
     return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype, sharding=sharding),
-        state)
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+        self.abstract_state)
 
   def from_checkpoint(self, restored):
     """See `Strategy.from_checkpoint`: a copy on each local device."""

@@ -211,11 +211,9 @@ class Strategy(Protocol):
       The state with one global array per leaf.
     """
 
-  def checkpoint_target(self, state) -> Any:
-    """Shapes and shardings to restore a checkpoint into.
-
-    Args:
-      state: the run's placed state (the pmap strategy reads its shapes).
+  def checkpoint_target(self) -> Any:
+    """Shapes and shardings to restore a checkpoint into, before any state
+    exists (a resumed run creates no initial state).
 
     Returns:
       The state's tree of jax.ShapeDtypeStruct with shardings.
