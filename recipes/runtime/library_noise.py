@@ -79,10 +79,12 @@ def _stderr_without(notices: re.Pattern):
 
 # What TensorFlow's Keras imports where it is installed, for what the recipes
 # never ask of Keras: pandas and matplotlib (data frames as inputs, image
-# plots), and the legacy Keras's scipy.sparse (sparse inputs). Half a second
-# of a command's start, and matplotlib warns on stderr where the home
-# directory cannot be written.
-_UNUSED_BY_KERAS = ('pandas', 'matplotlib', 'scipy.sparse')
+# plots), the legacy Keras's scipy.sparse (sparse inputs), h5py (models
+# saved as HDF5) and IPython (notebook progress bars; a notebook has it
+# loaded already). Keras imports each only if it is there. About 0.7 s of a
+# command's start, and matplotlib warns on stderr where the home directory
+# cannot be written.
+_UNUSED_BY_KERAS = ('pandas', 'matplotlib', 'scipy.sparse', 'h5py', 'IPython')
 
 
 def import_tensorflow():

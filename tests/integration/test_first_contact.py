@@ -226,18 +226,18 @@ def test_tensorflow_notices_are_dropped_and_its_warnings_kept(tmp_path):
 
 @pytest.mark.slow
 def test_tensorflow_loads_without_what_keras_would_load_for_us():
-  """Keras, which TensorFlow loads, imports pandas, matplotlib and
-  scipy.sparse where they are installed (here: the test extra), for what the
-  recipes never ask of it; a command loads TensorFlow without them, and
-  they still import afterwards."""
-  unused = ('pandas', 'matplotlib', 'scipy.sparse')
+  """Keras, which TensorFlow loads, imports pandas, matplotlib,
+  scipy.sparse, h5py and IPython where they are installed (here: the test
+  extra), for what the recipes never ask of it; a command loads TensorFlow
+  without them, and they still import afterwards."""
+  unused = ('pandas', 'matplotlib', 'scipy.sparse', 'h5py', 'IPython')
   result = subprocess.run(
       [sys.executable, '-c',
        'import sys\n'
        'from recipes.runtime import library_noise\n'
        'library_noise.import_tensorflow()\n'
        f'print(sorted(n for n in {unused!r} if n in sys.modules))\n'
-       'import matplotlib.pyplot, pandas, scipy.sparse\n'
+       'import matplotlib.pyplot, pandas, scipy.sparse, h5py, IPython\n'
        'import tensorflow as tf\n'
        'print([int(x) for x in tf.data.Dataset.range(3).map(lambda x: 2 * x)'
        '.as_numpy_iterator()])\n'],
