@@ -8,7 +8,6 @@ import contextlib
 import jax
 import numpy as np
 import optax
-import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import zoo
@@ -67,18 +66,21 @@ def test_arrays_under_a_mib_a_slice_are_written_whole(tmp_path):
       np.testing.assert_array_equal(np.asarray(read), np.asarray(saved))
 
 
-@pytest.mark.usefixtures('fast_compiles')
 def test_pmaps_copies_become_one_checkpoint_copy_in_one_program():
   strategy = PmapStrategy(state_spec.make(
-      zoo.create('cnn', num_classes=10), optax.sgd(0.1, momentum=0.9),
-      (28, 28, 1)))
-  state = strategy.create_state(jax.random.key(0))
+      zoo.create('cnn', num_classes=10), optax.sgd(0.1), (28, 28, 1)))
+  rng = np.random.default_rng(0)
+  # A state's kinds of arrays, as pmap holds them: a copy on each device.
+  one = {'step': np.int32(3), 'kernel': rng.normal(size=(3, 3, 1, 8)).astype(np.float32),
+         'bias': rng.normal(size=8).astype(np.float32),
+         'tokens': rng.integers(0, 9, size=(4, 5), dtype=np.int32)}
+  state = strategy.place_state(one)
   with _lowerings() as n:
     copy = strategy.to_checkpoint(state)
   assert n == [1]
-  for one, replicated in zip(jax.tree.leaves(strategy.to_host(state)),
-                             jax.tree.leaves(copy)):
+  for name, replicated in copy.items():
     assert replicated.sharding.is_fully_replicated
     assert len(replicated.sharding.device_set) == len(jax.devices())
     for shard in replicated.addressable_shards:
-      np.testing.assert_array_equal(np.asarray(shard.data), one)
+      np.testing.assert_array_equal(np.asarray(shard.data), one[name])
+      assert shard.data.dtype == one[name].dtype

@@ -309,7 +309,10 @@ def test_a_second_prepare_stops_naming_the_first_and_writes_nothing(tmp_path):
   assert 'prepare.lease' not in os.listdir(dst)  # Released.
 
 
-def test_the_lease_of_a_killed_prepare_is_taken_over(tmp_path):
+def test_the_lease_of_a_killed_prepare_is_taken_over(tmp_path, monkeypatch):
+  # A takeover waits a second for a rival doing the same; none here
+  # (tests/unit/recipes/runtime/test_lease.py times nothing either).
+  monkeypatch.setattr(lease, 'VERIFY_SECONDS', 0.0)
   whole, stopped = tmp_path / 'whole', tmp_path / 'stopped'
   prepare.write(_source(), str(whole), examples_per_shard=4)
   with pytest.raises(KeyboardInterrupt):
