@@ -20,6 +20,7 @@ import safetensors.numpy
 
 import zoo
 from tests.convert_helpers import torchvision_resnet18_state_dict
+from tests.helpers import slow_after
 from tests.hub_server import HubServer
 from zoo import convert, download, pretrained, weights
 
@@ -123,8 +124,9 @@ def _garble_the_header(path):
     f.write(bytes(range(128, 256)))
 
 
-@pytest.mark.parametrize('damage', [_truncate, _flip_a_byte_of_an_array,
-                                    _replace_the_record, _garble_the_header])
+@pytest.mark.parametrize('damage', slow_after(1, [
+    _truncate, _flip_a_byte_of_an_array, _replace_the_record,
+    _garble_the_header]))
 def test_a_damaged_cache_is_converted_again(hub, caplog, damage):
   pretrained.published('resnet18', 'tv_in1k')
   cached = os.path.join(pretrained.cache_dir(),

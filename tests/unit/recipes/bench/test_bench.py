@@ -12,7 +12,7 @@ import pytest
 import zoo
 from recipes import bench
 from recipes.bench import step as bench_step
-from tests.helpers import ROOT, command_env
+from tests.helpers import ROOT, command_env, slow_after
 from tests.idx_files import write_fashion_mnist
 
 # Tiny models, whose compiling takes longer than the steps they time.
@@ -32,8 +32,11 @@ def _run_json(tmp_path, *flags) -> dict:
   return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize('strategy,devices', [
-    ('jit', 1), ('pmap', 2), ('sharded', 2), ('shard_map', 2)])
+# The fast tier: one device and the global arrays of two; the rest in the
+# whole suite.
+@pytest.mark.parametrize('strategy,devices', slow_after(2, [
+    pytest.param('jit', 1), pytest.param('sharded', 2),
+    pytest.param('pmap', 2), pytest.param('shard_map', 2)]))
 def test_writes_every_field(tmp_path, strategy, devices):
   r = _run_json(tmp_path, f'--strategy={strategy}', f'--devices={devices}')
   assert set(FIELDS) <= set(r)
