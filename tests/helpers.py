@@ -30,6 +30,24 @@ LOCAL_LAUNCHER = os.path.join(ROOT, 'launch', 'local.sh')
 
 
 @contextlib.contextmanager
+def lowerings():
+  """Yields a list that gets an entry for each program JAX lowers inside
+  the block (to compile it, or to find it in the compilation cache)."""
+  lowered = []
+
+  def count(event, duration, **kwargs):
+    del duration, kwargs
+    if event == '/jax/core/compile/jaxpr_to_mlir_module_duration':
+      lowered.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(count)
+  try:
+    yield lowered
+  finally:
+    jax.monitoring.unregister_event_duration_listener(count)
+
+
+@contextlib.contextmanager
 def small_disk(path, size: str):
   """A filesystem of `size` (e.g. '9m') mounted at the new directory `path`
   for the block; the test is skipped where mounting is not allowed."""

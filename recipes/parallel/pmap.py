@@ -34,6 +34,7 @@ class PmapStrategy(DataParallel):
 
   def __init__(self, spec: StateSpec, devices=None, prefetch: int = 2):
     self.devices = list(devices) if devices else jax.local_devices()
+    self._mesh = Mesh(np.array(self.devices), (AXIS,))  # Local devices.
     self.prefetch = prefetch
     self.spec = spec
     self.abstract_state = spec.abstract
@@ -54,9 +55,8 @@ class PmapStrategy(DataParallel):
     # so no device needs another's.
     self._one_copy = jax.jit(jax.shard_map(
         lambda tree: jax.tree.map(lambda x: x[0], tree),
-        mesh=Mesh(np.array(self.devices), (AXIS,)),
-        in_specs=PartitionSpec(AXIS), out_specs=PartitionSpec(),
-        check_vma=False))
+        mesh=self._mesh, in_specs=PartitionSpec(AXIS),
+        out_specs=PartitionSpec(), check_vma=False))
 
   def create_state(self, rng: jax.Array):
     """See `Strategy.create_state`: a copy on each local device."""
@@ -70,8 +70,7 @@ class PmapStrategy(DataParallel):
     The sharding is the one pmap gives the state it returns (its axis name
     over the local devices): with any other, the first step's program would
     not serve the second, which would compile the step again."""
-    sharding = NamedSharding(Mesh(np.array(self.devices), (AXIS,)),
-                             PartitionSpec(AXIS))
+    sharding = NamedSharding(self._mesh, PartitionSpec(AXIS))
     copies = len(self.devices)
 
     def replicate(x):

@@ -3,8 +3,6 @@ program per array. pmap's copies become one replicated copy in one program,
 and orbax writes arrays under 1 MiB a slice from one device whole, where it
 would compile a slicing program per array shape and device."""
 
-import contextlib
-
 import jax
 import numpy as np
 import optax
@@ -15,26 +13,7 @@ from recipes import checkpoint
 from recipes.checkpoint import store
 from recipes.core import state_spec
 from recipes.parallel.pmap import PmapStrategy
-
-
-@contextlib.contextmanager
-def _lowerings():
-  """The number of programs JAX lowers inside the block (compiled or read
-  from the compilation cache), as a one-item list filled on exit."""
-  events = []
-
-  def listener(event, duration, **kwargs):
-    del duration, kwargs
-    if event == '/jax/core/compile/jaxpr_to_mlir_module_duration':
-      events.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  count = []
-  try:
-    yield count
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
-    count.append(len(events))
+from tests.helpers import lowerings
 
 
 def _replicated(*shape):
@@ -51,13 +30,13 @@ def test_arrays_under_a_mib_a_slice_are_written_whole(tmp_path):
   small = {'bias': _replicated(136), 'kernel': _replicated(8, 8 * 1031)}
   large = {'kernel': _replicated(8, store.MIN_SLICE_BYTES // 4)}  # 1 MiB.
   for tree, name in ((small, 'small'), (large, 'large')):
-    with checkpoint.manager(str(tmp_path / name)) as mngr, _lowerings() as n:
+    with checkpoint.manager(str(tmp_path / name)) as mngr, lowerings() as n:
       checkpoint.save(mngr, 1, tree)
       mngr.wait_until_finished()
     if tree is small:
-      assert n == [0], 'orbax sliced arrays below 1 MiB a slice'
+      assert not n, 'orbax sliced arrays below 1 MiB a slice'
     else:  # One slice for each device to write.
-      assert n == [len(jax.devices())], 'orbax wrote a large array whole'
+      assert len(n) == len(jax.devices()), 'orbax wrote a large array whole'
     restored = checkpoint.restore(checkpoint.manager(str(tmp_path / name)),
                                   jax.tree.map(lambda a: jax.ShapeDtypeStruct(
                                       a.shape, a.dtype, sharding=a.sharding),
@@ -71,13 +50,14 @@ def test_pmaps_copies_become_one_checkpoint_copy_in_one_program():
       zoo.create('cnn', num_classes=10), optax.sgd(0.1), (28, 28, 1)))
   rng = np.random.default_rng(0)
   # A state's kinds of arrays, as pmap holds them: a copy on each device.
-  one = {'step': np.int32(3), 'kernel': rng.normal(size=(3, 3, 1, 8)).astype(np.float32),
+  one = {'step': np.int32(3),
+         'kernel': rng.normal(size=(3, 3, 1, 8)).astype(np.float32),
          'bias': rng.normal(size=8).astype(np.float32),
          'tokens': rng.integers(0, 9, size=(4, 5), dtype=np.int32)}
   state = strategy.place_state(one)
-  with _lowerings() as n:
+  with lowerings() as n:
     copy = strategy.to_checkpoint(state)
-  assert n == [1]
+  assert len(n) == 1
   for name, replicated in copy.items():
     assert replicated.sharding.is_fully_replicated
     assert len(replicated.sharding.device_set) == len(jax.devices())

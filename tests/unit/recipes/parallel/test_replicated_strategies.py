@@ -5,12 +5,12 @@ import jax
 import numpy as np
 import optax
 import pytest
-from jax import monitoring
 
 from recipes import experiment
 from recipes.core import optimizers, state_spec
 from recipes.parallel import strategy as strategies
-from tests.helpers import BatchNormNet, learnable_batch, tiny_config, slow_after
+from tests.helpers import (BatchNormNet, learnable_batch, lowerings,
+                           slow_after, tiny_config)
 
 # Tiny models, whose compiling takes longer than running.
 pytestmark = pytest.mark.usefixtures('fast_compiles')
@@ -79,20 +79,10 @@ def test_the_first_steps_program_serves_the_next_steps(name):
   strategy, state = _replicated_state(tiny_config(), name)
   batch = next(strategy.place_batches([learnable_batch()]))
   state, _ = strategy.train_step(state, batch)
-  lowered = []
-
-  def count(event, duration, **kwargs):
-    del duration, kwargs
-    if event == '/jax/core/compile/jaxpr_to_mlir_module_duration':
-      lowered.append(event)
-
-  monitoring.register_event_duration_secs_listener(count)
-  try:
+  with lowerings() as lowered:
     for _ in range(2):
       state, metrics = strategy.train_step(state, batch)
     jax.block_until_ready((state, metrics))
-  finally:
-    monitoring.unregister_event_duration_listener(count)
   assert not lowered
 
 
