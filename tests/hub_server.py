@@ -65,7 +65,9 @@ class HubServer:
 
     self._httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
     self.url = f'http://127.0.0.1:{self._httpd.server_address[1]}'
+    # stop() waits for the loop's next poll: 0.5 s by default.
     self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                    kwargs={'poll_interval': 0.02},
                                     daemon=True)
     self._thread.start()
 
