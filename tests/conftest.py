@@ -29,11 +29,12 @@ if _jaxlib_version() < (0, 11):
   # jaxlibs have only the new ones and refuse the flag. With them, LLVM at -O2
   # rather than XLA's -O3 compiles random-number code (initial states,
   # dropout) 2-3x quicker (the text classifier's step: 18.8 -> 8.3 s); jaxlib
-  # 0.12 gains nothing from it. Both change the last bits of some results;
-  # the tests compare runs made under the same flags. The commands the tests
-  # start keep XLA's defaults, as users run them: their runs of real size
-  # train quicker with the newer emitters than they compile slower (the text
-  # tests' commands, 197 -> 171 s of CPU).
+  # 0.12 gains nothing from it. Both change the last bits of some results:
+  # the tests compare bits only between runs made under the same flags
+  # (runs in this process with each other, commands with each other). The
+  # commands the tests start keep XLA's defaults, as users run them: their
+  # runs of real size train quicker with the newer emitters than they compile
+  # slower (the text tests and test_pretrained.py, 197 -> 171 s of CPU).
   _IN_PROCESS_XLA_FLAGS = ['--xla_cpu_use_fusion_emitters=false',
                            '--xla_backend_optimization_level=2']
 os.environ['XLA_FLAGS'] = ' '.join([_COMMAND_XLA_FLAGS,
